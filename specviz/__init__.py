@@ -1,0 +1,1 @@
+"""specviz: a speculative-decoding engine whose every step can be watched."""

@@ -1,0 +1,170 @@
+"""Interleaved benchmark: every configuration runs on the same prompt back to back (order rotated per
+prompt) after a warm-up, and speed is reported as the median of per-prompt ratios to AR."""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import DecodeConfig
+from .metrics import summarize
+from .models import ASSETS
+from .runner import ModelBank, prepare
+
+PROMPTS = ASSETS / "prompts"
+SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
+
+
+def load_suite(suite: str = "all", per_category: int = 0) -> list[dict]:
+    """Prompts of the evaluation suites: all categories, or a comma-separated subset."""
+    files = sorted(PROMPTS.glob("*.jsonl"))
+    wanted = None if suite == "all" else set(suite.split(","))
+    items = []
+    for f in files:
+        if wanted is None or f.stem in wanted:
+            rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            items += rows[:per_category] if per_category else rows
+    return items
+
+
+@dataclass
+class BenchConfig:
+    """A row of the benchmark: an engine configuration or transformers' assisted generation."""
+
+    label: str
+    decode: DecodeConfig
+    hf_assisted: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
+    def sd(draft: str, g: int = gamma) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, gamma=g, max_new_tokens=max_new_tokens)
+
+    return [
+        BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+        BenchConfig(f"sd draft-s γ={gamma}", sd("draft-s")),
+        BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
+        BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
+        BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),
+        BenchConfig(f"hf-assisted draft-m γ={gamma}", sd("draft-m"), hf_assisted=True),
+    ]
+
+
+CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs}
+
+
+def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
+    run = prepare(cfg.decode, prompt, bank)
+    events = list(run.events())
+    return {**summarize(events), "token_ids": [t for e in events for t in e.emitted_ids]}
+
+
+@torch.inference_mode()
+def run_hf_assisted(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
+    """transformers' own assisted generation on the same pair; γ is set on the assistant's generation_config."""
+    run = prepare(cfg.decode, prompt, bank)
+    target, draft = run.target.lm.model, run.drafters[0].model.lm.model
+    gc = draft.generation_config
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = cfg.decode.gamma, "constant", 0.0
+    ids = torch.tensor([run.prompt_ids], device=run.target.lm.device)
+    start = time.perf_counter()
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
+                          max_new_tokens=cfg.decode.max_new_tokens, eos_token_id=run.stop_ids, pad_token_id=run.stop_ids[0])
+    wall = time.perf_counter() - start
+    new = out[0, ids.shape[1]:].tolist()
+    return {"new_tokens": len(new), "wall_s": wall, "tokens_per_s": len(new) / wall, "token_ids": new}
+
+
+def run_one(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
+    return (run_hf_assisted if cfg.hf_assisted else run_engine)(cfg, prompt, bank)
+
+
+def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens: int, out: Path,
+                  configs: list[BenchConfig] | None = None) -> list[dict]:
+    configs = configs or CONFIG_SETS[config_set](max_new_tokens)
+    prompts = load_suite(suite, per_category)
+    bank = ModelBank()
+    for cfg in configs:  # warm-up: load every model, touch every code path once
+        run_one(cfg, prompts[0]["prompt"], bank)
+    rows = []
+    for i, item in enumerate(prompts):
+        order = configs[i % len(configs):] + configs[: i % len(configs)]
+        results = {cfg.label: run_one(cfg, item["prompt"], bank) for cfg in order}
+        ar = results[configs[0].label]
+        for cfg in configs:
+            r = results[cfg.label]
+            rows.append({
+                "prompt_id": item["id"], "category": item["category"], "config": cfg.label,
+                "new_tokens": r["new_tokens"], "wall_s": round(r["wall_s"], 4), "tokens_per_s": round(r["tokens_per_s"], 3),
+                "speedup": round(r["tokens_per_s"] / ar["tokens_per_s"], 4),
+                "mean_accept_len": round(r.get("mean_accept_len", float("nan")), 4),
+                "accept_rate": round(r.get("accept_rate", float("nan")), 4),
+                "same_tokens_as_ar": r["token_ids"] == ar["token_ids"],
+                "draft_ms": round(r.get("draft_ms", 0.0), 2), "verify_ms": round(r.get("verify_ms", 0.0), 2),
+                "overhead_ms": round(r.get("overhead_ms", 0.0), 2),
+                "engine_overhead_frac": round(r.get("engine_overhead_frac", float("nan")), 4),
+                "per_position_accept": json.dumps([round(x, 3) for x in r.get("per_position_accept", [])]),
+            })
+        print(f"[{i + 1}/{len(prompts)}] {item['id']}: " + ", ".join(
+            f"{c.label} {results[c.label]['tokens_per_s']:.1f}" for c in configs), flush=True)
+    write_results(rows, configs, out, max_new_tokens)
+    return rows
+
+
+def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:
+    out = []
+    for label in labels:
+        rs = [r for r in rows if r["config"] == label]
+        drafted = [r for r in rs if r["accept_rate"] == r["accept_rate"]]
+        time_total = sum(r["draft_ms"] + r["verify_ms"] + r["overhead_ms"] for r in rs) or 1.0
+        positions = [json.loads(r["per_position_accept"]) for r in rs]
+        width = max((len(p) for p in positions), default=0)
+        timed = any(r["verify_ms"] for r in rs)  # transformers' assisted rows have no phase timers
+        out.append({
+            "config": label,
+            "tok/s (median)": statistics.median(r["tokens_per_s"] for r in rs),
+            "speedup vs AR (median)": statistics.median(r["speedup"] for r in rs),
+            "mean accepted len": statistics.mean(r["mean_accept_len"] for r in drafted) if drafted else float("nan"),
+            "accept rate": statistics.mean(r["accept_rate"] for r in drafted) if drafted else float("nan"),
+            "per-position accept": " ".join(f"{statistics.mean(p[i] for p in positions if len(p) > i):.2f}" for i in range(width)),
+            "draft/verify/other %": "/".join(f"{100 * sum(r[k] for r in rs) / time_total:.0f}" for k in SPLIT) if timed else "n/a",
+            "engine overhead %": 100 * statistics.median(r["engine_overhead_frac"] for r in rs) if timed else float("nan"),
+            "same tokens as AR": f"{sum(r['same_tokens_as_ar'] for r in rs)}/{len(rs)}",
+        })
+    return out
+
+
+def markdown(table: list[dict]) -> str:
+    cols = list(table[0])
+    fmt = (lambda v: f"{v:.2f}" if isinstance(v, float) else str(v))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in table]
+    return "\n".join(lines)
+
+
+def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_new_tokens: int) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    labels = [c.label for c in configs]
+    categories = sorted({r["category"] for r in rows})
+    parts = [f"# Benchmark ({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+             f"device {'cuda' if torch.cuda.is_available() else 'cpu'}. Greedy, {max_new_tokens} new tokens, "
+             f"{len(rows) // len(labels)} prompts, configurations interleaved per prompt (rotated order) after a warm-up.",
+             "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
+             "## Overall", "", markdown(summary_table(rows, labels)), ""]
+    for cat in categories:
+        parts += [f"## {cat}", "", markdown(summary_table([r for r in rows if r["category"] == cat], labels)), ""]
+    out.with_suffix(".md").write_text("\n".join(parts))

@@ -1,0 +1,60 @@
+"""A model with its own KV cache that always mirrors a prefix of the decoded sequence."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .models import LoadedModel
+
+
+class CachedModel:
+    """Feeds only the tokens its cache lacks; rolls the cache back to the longest common prefix.
+
+    Rolling back lazily, at the next forward, keeps every drafter and verifier free of bookkeeping:
+    they pass the full token list and get logits for its last ``keep`` positions.
+    """
+
+    def __init__(self, lm: LoadedModel, vocab_size: int | None = None):
+        from transformers import DynamicCache
+
+        self.lm = lm
+        self.name = lm.name
+        self.vocab_size = vocab_size or lm.vocab_size
+        self.cache = DynamicCache(config=lm.model.config)
+        self.ids: list[int] = []
+        self.forwards = 0
+        self.forward_s = 0.0
+        self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+
+    def _common_prefix(self, tokens: list[int]) -> int:
+        n = min(len(self.ids), len(tokens))
+        if self.ids[:n] == tokens[:n]:
+            return n
+        return next(i for i, (a, b) in enumerate(zip(self.ids, tokens)) if a != b)
+
+    def _crop_to(self, n: int) -> None:
+        if n < len(self.ids):
+            self.cache.crop(n - len(self.ids))
+            del self.ids[n:]
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], keep: int = 1) -> torch.Tensor:
+        """Logits (keep, vocab) for the last ``keep`` positions of ``tokens``."""
+        self._crop_to(min(self._common_prefix(tokens), len(tokens) - keep))
+        n = len(self.ids)
+        new = tokens[n:]
+        ids = torch.tensor([new], device=self.lm.device)
+        start = time.perf_counter()
+        out = self.lm.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        self._sync()
+        self.forward_s += time.perf_counter() - start
+        self.ids.extend(new)
+        self.forwards += 1
+        return out.logits[0, -keep:, : self.vocab_size]
+
+    def prefill(self, tokens: list[int]) -> None:
+        """Process everything but the last token (the next forward feeds it with its drafts)."""
+        if len(tokens) > 1:
+            self.forward(tokens[:-1], keep=1)

@@ -1,0 +1,115 @@
+"""Command line: ``python -m specviz generate|bench``. User mistakes print one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import ConfigError, DecodeConfig
+from .models import OFFLINE_PRESET, ModelLoadError
+
+
+class UsageError(Exception):
+    """Raised instead of argparse's own exit so every mistake reads the same way."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(message)
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def add_decode_options(p: argparse.ArgumentParser) -> None:
+    d = DecodeConfig()
+    p.add_argument("--preset", default=d.preset, help=f"model preset (default {OFFLINE_PRESET})")
+    p.add_argument("--method", default=None, help="ar | sd (default sd)")
+    p.add_argument("--draft", default=None, help="draft name of the preset, 'ngram', a hub id or a local dir")
+    p.add_argument("--chain", type=_names, default=[], help="polybasic chain, fastest first (target implied last)")
+    p.add_argument("--select", type=_names, default=[], help="drafts to choose from per step")
+    p.add_argument("--gamma", type=int, default=d.gamma, help="draft length (fixed or initial)")
+    p.add_argument("--gamma-policy", default=d.gamma_policy)
+    p.add_argument("--accept", default=d.accept)
+    p.add_argument("--judge-threshold", type=float, default=d.judge_threshold)
+    p.add_argument("--lenience", type=float, default=d.lenience)
+    p.add_argument("--topk", type=int, default=d.topk)
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+
+
+def config_from_args(a: argparse.Namespace) -> DecodeConfig:
+    return DecodeConfig(
+        preset=a.preset, method=a.method or "sd", draft=a.draft, chain=a.chain, select=a.select, gamma=a.gamma,
+        gamma_policy=a.gamma_policy, accept=a.accept, judge_threshold=a.judge_threshold, lenience=a.lenience,
+        topk=a.topk, temperature=a.temperature, top_p=a.top_p, seed=a.seed, max_new_tokens=a.max_new_tokens,
+        chat=not a.no_chat,
+    ).validate()
+
+
+def build_parser() -> Parser:
+    ap = Parser(prog="python -m specviz", description="Speculative decoding you can watch.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
+    g = sub.add_parser("generate", help="generate a continuation and report every step")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file", type=Path)
+    add_decode_options(g)
+    g.add_argument("--json", action="store_true", help="print the full JSON result")
+    b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
+    b.add_argument("--suite", default="all", help="'all' or comma-separated categories")
+    b.add_argument("--configs", default="standard", help="benchmark set: standard | quick")
+    b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
+    b.add_argument("--max-new-tokens", type=int, default=96)
+    b.add_argument("--out", type=Path, default=Path("results/bench"))
+    return ap
+
+
+def read_prompt(a: argparse.Namespace) -> str:
+    if a.prompt is not None:
+        return a.prompt
+    try:
+        return a.prompt_file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read --prompt-file {a.prompt_file}: {exc.strerror}") from None
+
+
+def cmd_generate(a: argparse.Namespace) -> int:
+    from .runner import ModelBank, prepare, run_to_result
+
+    config = config_from_args(a)
+    run = prepare(config, read_prompt(a), ModelBank())
+    result = run_to_result(run)
+    if a.json:
+        print(json.dumps(result))
+    else:
+        m = result["metrics"]
+        print(result["text"])
+        print(f"\n[{m['new_tokens']} tokens in {m['wall_s']:.2f}s = {m['tokens_per_s']:.1f} tok/s; "
+              f"mean accepted length {m['mean_accept_len']:.2f}; acceptance rate {m['accept_rate']:.2f}]", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from .bench import run_benchmark
+
+    run_benchmark(a.suite, a.configs, a.per_category, a.max_new_tokens, a.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a = build_parser().parse_args(argv)
+        return {"generate": cmd_generate, "bench": cmd_bench}[a.command](a)
+    except (UsageError, ConfigError, ModelLoadError) as exc:
+        print(f"specviz: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specviz: interrupted", file=sys.stderr)
+        return 130

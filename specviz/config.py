@@ -1,0 +1,70 @@
+"""What a run is asked to do, validated into one-line error messages before any model is touched."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .models import OFFLINE_PRESET
+
+METHODS = ("ar", "sd")
+GAMMA_POLICIES = ("fixed",)
+ACCEPT_RULES = ("exact",)
+FUTURE_GAMMA_POLICIES = ("fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
+FUTURE_ACCEPT_RULES = ("judge", "lenient", "topk")
+MAX_GAMMA = 32
+MAX_NEW_TOKENS = 4096
+
+
+class ConfigError(ValueError):
+    """A user mistake in the run's settings; the message is one line."""
+
+
+@dataclass
+class DecodeConfig:
+    """Settings of one generation (mirrors the CLI options of ``python -m specviz generate``)."""
+
+    preset: str = OFFLINE_PRESET
+    method: str = "sd"
+    draft: str | None = None
+    chain: list[str] = field(default_factory=list)
+    select: list[str] = field(default_factory=list)
+    gamma: int = 4
+    gamma_policy: str = "fixed"
+    accept: str = "exact"
+    judge_threshold: float = 0.5
+    lenience: float = 1.0
+    topk: int = 5
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 128
+    chat: bool = True
+
+    def validate(self) -> DecodeConfig:
+        if self.method not in METHODS:
+            raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got '{self.method}'")
+        if not 1 <= self.gamma <= MAX_GAMMA:
+            raise ConfigError(f"--gamma must be between 1 and {MAX_GAMMA}, got {self.gamma}")
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise ConfigError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
+        if not self.temperature >= 0:
+            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
+        _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES, FUTURE_GAMMA_POLICIES)
+        _check_choice("--accept", self.accept, ACCEPT_RULES, FUTURE_ACCEPT_RULES)
+        if self.chain:
+            raise ConfigError("--chain (polybasic decoding) is not yet available")
+        if self.select:
+            raise ConfigError("--select (draft selection) is not yet available")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_choice(option: str, value: str, available: tuple[str, ...], future: tuple[str, ...]) -> None:
+    if value in future:
+        raise ConfigError(f"{option} {value} is not yet available (available: {', '.join(available)})")
+    if value not in available:
+        raise ConfigError(f"{option} must be one of {', '.join(available)}, got '{value}'")

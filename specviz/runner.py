@@ -1,0 +1,122 @@
+"""From a :class:`DecodeConfig` and a prompt to a running decode: models loaded once per process,
+strategies built by name, and the JSON result of a finished run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .acceptance import ExactRule
+from .cache import CachedModel
+from .config import ConfigError, DecodeConfig
+from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .engine import StepEvent, decode
+from .metrics import summarize
+from .models import (
+    NGRAM_DRAFT,
+    LoadedModel,
+    check_shared_vocab,
+    load_model,
+    load_tokenizer,
+    resolve_draft,
+    resolve_preset,
+    shared_vocab_size,
+)
+from .policies import LengthPolicy
+from .sampling import Sampler
+
+
+class ModelBank:
+    """Loads every model and tokenizer once per process and shares them between runs (and sessions:
+    runs never share caches, only read-only weights)."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], object] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, kind: str, source: str, load):
+        with self._lock:
+            if (kind, source) not in self._items:
+                self._items[(kind, source)] = load()
+            return self._items[(kind, source)]
+
+    def model(self, source: str, name: str) -> LoadedModel:
+        return self._get("model", source, lambda: load_model(source, name))
+
+    def tokenizer(self, source: str):
+        return self._get("tokenizer", source, lambda: load_tokenizer(source))
+
+
+@dataclass
+class PreparedRun:
+    """Everything a decode needs, built and checked; ``events()`` starts it."""
+
+    config: DecodeConfig
+    tokenizer: object
+    prompt_ids: list[int]
+    target: CachedModel
+    drafters: list[Drafter]
+    sampler: Sampler
+    stop_ids: list[int]
+
+    def events(self) -> Iterator[StepEvent]:
+        return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=ExactRule(),
+                      policy=LengthPolicy(self.config.gamma), sampler=self.sampler,
+                      max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)
+
+
+def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
+    if chat and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False).input_ids
+    return tokenizer(prompt).input_ids
+
+
+def stop_ids_of(lm: LoadedModel, tokenizer) -> list[int]:
+    eos = lm.model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)
+
+
+def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
+    """Validate, load (or reuse) the models, encode the prompt; raises ConfigError / ModelLoadError."""
+    config.validate()
+    if not prompt or not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    preset = resolve_preset(config.preset)
+    draft_names = [config.draft or next(iter(preset.drafts), NGRAM_DRAFT)] if config.method == "sd" else []
+    draft_sources = [(name, resolve_draft(preset, name)) for name in draft_names]
+    tokenizer = bank.tokenizer(preset.target)
+    target = bank.model(preset.target, preset.target.rsplit("/", 1)[-1])
+    prompt_ids = encode_prompt(tokenizer, prompt, config.chat)
+    room = target.max_positions - len(prompt_ids)
+    if room < config.max_new_tokens:
+        raise ConfigError(f"the prompt is {len(prompt_ids)} tokens; with --max-new-tokens {config.max_new_tokens} it exceeds "
+                          f"the target's context of {target.max_positions} tokens")
+    draft_models = {name: bank.model(src, name) for name, src in draft_sources if src != NGRAM_DRAFT}
+    for name, src in draft_sources:
+        if src != NGRAM_DRAFT and not (Path(src) / "specviz.json").exists():
+            check_shared_vocab(tokenizer, bank.tokenizer(src), name)
+    vocab = shared_vocab_size(target, *draft_models.values())
+    drafters = [ModelDrafter(CachedModel(draft_models[name], vocab)) if name in draft_models else NGramDrafter()
+                for name, _ in draft_sources]
+    sampler = Sampler(config.temperature, config.top_p, config.seed, target.device)
+    return PreparedRun(config, tokenizer, prompt_ids, CachedModel(target, vocab), drafters, sampler, stop_ids_of(target, tokenizer))
+
+
+def run_to_result(run: PreparedRun, events: list[StepEvent] | None = None) -> dict:
+    """Decode to the end (unless ``events`` are given) and build the CLI's JSON object."""
+    events = list(run.events()) if events is None else events
+    token_ids = [t for e in events for t in e.emitted_ids]
+    return {
+        "text": run.tokenizer.decode(token_ids, skip_special_tokens=True),
+        "token_ids": token_ids,
+        "config": run.config.to_dict(),
+        "metrics": summarize(events),
+        "steps": [e.to_dict() for e in events],
+        "theory": None,
+    }

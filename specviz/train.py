@@ -1,0 +1,250 @@
+"""Distil small draft models from the offline target.
+
+    python -m specviz.train data --prompts 3000 --out .cache/distill     # target answers + its top-k probs
+    python -m specviz.train fit --data .cache/distill --width 64 --layers 2 --out assets/models/smollm2-draft-s
+
+Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
+problems, code tasks, and summaries of the target's own earlier answers) with a seeded RNG; the target
+answers them greedily in batches through its chat template, and at every answer position we keep its
+top-k next-token probabilities. A draft is a standard ``LlamaForCausalLM`` whose tied embedding is
+initialised from the target's embedding projected on its top principal directions, trained with a
+distillation loss (cross-entropy against the target's renormalised top-k distribution) on answer
+positions only. The evaluation suites in ``assets/prompts`` are never used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .models import ASSETS, GGUF_SOURCE, load_model, load_tokenizer
+
+RECIPE = ASSETS / "distill" / "recipe.json"
+
+
+def build_instructions(n: int, seed: int, passages: list[str] = ()) -> list[str]:
+    """``n`` varied instructions from the recipe; ``passages`` feed the summary templates."""
+    recipe = json.loads(RECIPE.read_text())
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        kind = rng.random()
+        if kind < 0.12:
+            a, b = rng.randint(2, 40), rng.randint(2, 12)
+            out.append(rng.choice(recipe["math_templates"]).format(name=rng.choice(recipe["names"]), a=a, b=b, c=a + rng.randint(5, 60)))
+        elif kind < 0.24:
+            out.append(rng.choice(recipe["code_templates"]).format(task=rng.choice(recipe["code_tasks"])))
+        elif kind < 0.32 and passages:
+            out.append(rng.choice(recipe["summary_templates"]).format(passage=rng.choice(passages)))
+        else:
+            topic, topic2 = rng.sample(recipe["topics"], 2)
+            out.append(rng.choice(recipe["templates"]).format(topic=topic, topic2=topic2))
+    return out
+
+
+class TopKRecorder:
+    """A logits processor that keeps the target's top-k next-token probabilities at every step."""
+
+    def __init__(self, k: int):
+        self.k, self.ids, self.probs = k, [], []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        top = scores.float().softmax(-1).topk(self.k, dim=-1)
+        self.ids.append(top.indices.to(torch.int32))
+        self.probs.append(top.values.to(torch.float16))
+        return scores
+
+
+def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, seed: int) -> None:
+    """Greedy answers of the target to ``n_prompts`` instructions, saved in shards as they finish."""
+    from transformers import LogitsProcessorList
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(GGUF_SOURCE)
+    target = load_model(GGUF_SOURCE, dtype=torch.float32).model
+    passages: list[str] = []
+    done = len(list(out.glob("shard-*.npz")))
+    start = time.time()
+    for shard in range(done, math.ceil(n_prompts / batch)):
+        chunk = build_instructions(batch, seed * 100_003 + shard, passages)
+        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in chunk]
+        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left")
+        rec = TopKRecorder(k)
+        with torch.inference_mode():
+            seqs = target.generate(**enc, do_sample=False, max_new_tokens=max_new, logits_processor=LogitsProcessorList([rec]),
+                                   pad_token_id=tok.pad_token_id)
+        gen = seqs[:, enc.input_ids.shape[1]:]
+        top_ids, top_p = torch.stack(rec.ids, 1), torch.stack(rec.probs, 1)
+        rows = []
+        for r in range(len(chunk)):
+            prompt_ids = enc.input_ids[r][enc.attention_mask[r].bool()].tolist()
+            g = gen[r].tolist()
+            n = g.index(tok.eos_token_id) + 1 if tok.eos_token_id in g else len(g)
+            rows.append((prompt_ids, g[:n], top_ids[r, :n].numpy(), top_p[r, :n].numpy()))
+            answer = tok.decode(g[:n], skip_special_tokens=True)
+            if 200 < len(answer) < 900:
+                passages.append(answer)
+        np.savez_compressed(out / f"shard-{shard:04d}.npz",
+                            prompt=np.array([np.array(r[0], np.int32) for r in rows], dtype=object),
+                            answer=np.array([np.array(r[1], np.int32) for r in rows], dtype=object),
+                            top_ids=np.array([r[2] for r in rows], dtype=object),
+                            top_p=np.array([r[3] for r in rows], dtype=object))
+        tokens = sum(len(r[1]) for r in rows)
+        print(f"shard {shard}: {len(rows)} answers, {tokens} tokens, {time.time() - start:.0f}s", flush=True)
+
+
+def load_data(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    items = []
+    for shard in sorted(path.glob("shard-*.npz")):
+        d = np.load(shard, allow_pickle=True)
+        items += list(zip(d["prompt"], d["answer"], d["top_ids"], d["top_p"]))
+    return items
+
+
+def make_draft(width: int, layers: int, heads: int, target) -> torch.nn.Module:
+    """A small Llama with the target's vocabulary and a PCA-projected copy of its embedding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tc = target.config
+    config = LlamaConfig(vocab_size=tc.vocab_size, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=tc.max_position_embeddings,
+                         rope_parameters=tc.rope_parameters, rms_norm_eps=tc.rms_norm_eps, tie_word_embeddings=True,
+                         bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+    draft = LlamaForCausalLM(config)
+    emb = target.get_input_embeddings().weight.detach().float()
+    _, _, v = torch.linalg.svd(emb - emb.mean(0), full_matrices=False)
+    proj = emb @ v[:width].T
+    draft.get_input_embeddings().weight.data.copy_(proj)
+    return draft
+
+
+def _batches(items, batch: int, rng: random.Random):
+    order = list(range(len(items)))
+    rng.shuffle(order)
+    for i in range(0, len(order) - batch + 1, batch):
+        yield [items[j] for j in order[i:i + batch]]
+
+
+def _collate(rows, max_len: int, pad: int):
+    """Token matrix, and for every position predicting an answer token: the target's top-k ids and probs."""
+    k = rows[0][2].shape[1]
+    seqs, tids, tps = [], [], []
+    for prompt, answer, top_ids, top_p in rows:
+        seq = np.concatenate([prompt, answer])[:max_len + 1]
+        ids = np.zeros((len(seq) - 1, k), np.int64)
+        ps = np.zeros((len(seq) - 1, k), np.float32)
+        a0 = len(prompt) - 1  # position whose next token is answer[0]
+        n = max(0, min(len(answer), len(seq) - 1 - a0))
+        ids[a0:a0 + n], ps[a0:a0 + n] = top_ids[:n], top_p[:n]
+        seqs.append(seq), tids.append(ids), tps.append(ps)
+    length = max(len(s) for s in seqs) - 1
+    x = torch.full((len(rows), length), pad, dtype=torch.long)
+    ti = torch.zeros((len(rows), length, k), dtype=torch.long)
+    tp = torch.zeros((len(rows), length, k))
+    for r, (s, i, p) in enumerate(zip(seqs, tids, tps)):
+        x[r, :len(s) - 1] = torch.from_numpy(s[:-1].astype(np.int64))
+        ti[r, :len(i)], tp[r, :len(p)] = torch.from_numpy(i), torch.from_numpy(p)
+    return x, ti, tp
+
+
+def distill_loss(logits: torch.Tensor, top_ids: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the target's renormalised top-k distribution, over answer positions."""
+    mask = top_p.sum(-1) > 0
+    logp = logits[mask].float().log_softmax(-1).gather(-1, top_ids[mask])
+    target = top_p[mask] / top_p[mask].sum(-1, keepdim=True)
+    return -(target * logp).sum(-1).mean()
+
+
+def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: float, batch: int, lr: float, max_len: int,
+        seed: int, minutes: float) -> None:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    items = load_data(data)
+    held = items[: max(8, len(items) // 50)]
+    train = items[len(held):]
+    target = load_model(GGUF_SOURCE, dtype=torch.float32).model
+    draft = make_draft(width, layers, heads, target)
+    del target
+    tok = load_tokenizer(GGUF_SOURCE)
+    n_tokens = sum(len(a) for _, a, _, _ in train)
+    steps = int(epochs * len(train) / batch)
+    print(f"{len(train)} answers, {n_tokens} answer tokens; {sum(p.numel() for p in draft.parameters())} params; {steps} steps", flush=True)
+    opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    start, step = time.time(), 0
+    while step < steps and (time.time() - start) < minutes * 60:
+        for rows in _batches(train, batch, rng):
+            x, ti, tp = _collate(rows, max_len, tok.pad_token_id)
+            loss = distill_loss(draft(x).logits, ti, tp)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            if step % 50 == 0:
+                print(f"step {step}/{steps} loss {loss.item():.3f} {time.time() - start:.0f}s", flush=True)
+            if step >= steps or (time.time() - start) >= minutes * 60:
+                break
+    report = evaluate_draft(draft, held, tok.pad_token_id)
+    minutes_used = (time.time() - start) / 60
+    report.update(width=width, layers=layers, steps=step, train_answers=len(train), train_tokens=n_tokens, minutes=minutes_used)
+    out.mkdir(parents=True, exist_ok=True)
+    draft.to(torch.bfloat16).save_pretrained(out)
+    (out / "specviz.json").write_text(json.dumps({"target": "smollm2-offline", "tokenizer": "target", "training": report}, indent=1))
+    print(json.dumps(report), flush=True)
+
+
+@torch.inference_mode()
+def evaluate_draft(draft: torch.nn.Module, held, pad: int) -> dict:
+    """Top-1 agreement with the target's greedy token on held-out answers (the greedy acceptance rate)."""
+    agree = total = 0
+    for i in range(0, len(held), 8):
+        x, ti, tp = _collate(held[i:i + 8], 1024, pad)
+        mask = tp.sum(-1) > 0
+        pred = draft(x).logits.argmax(-1)
+        agree += (pred[mask] == ti[..., 0][mask]).sum().item()
+        total += mask.sum().item()
+    return {"heldout_top1_agreement": agree / max(total, 1), "heldout_tokens": total}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("data", help="generate the target's answers and top-k probabilities")
+    d.add_argument("--out", type=Path, default=Path(".cache/distill"))
+    d.add_argument("--prompts", type=int, default=3000)
+    d.add_argument("--batch", type=int, default=32)
+    d.add_argument("--max-new-tokens", type=int, default=160)
+    d.add_argument("--topk", type=int, default=8)
+    d.add_argument("--seed", type=int, default=0)
+    f = sub.add_parser("fit", help="train one draft on the generated data")
+    f.add_argument("--data", type=Path, default=Path(".cache/distill"))
+    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--width", type=int, default=64)
+    f.add_argument("--layers", type=int, default=2)
+    f.add_argument("--heads", type=int, default=4)
+    f.add_argument("--epochs", type=float, default=3)
+    f.add_argument("--batch", type=int, default=16)
+    f.add_argument("--lr", type=float, default=3e-3)
+    f.add_argument("--max-len", type=int, default=384)
+    f.add_argument("--minutes", type=float, default=60)
+    f.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if a.cmd == "data":
+        generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed)
+    else:
+        fit(a.data, a.out, a.width, a.layers, a.heads, a.epochs, a.batch, a.lr, a.max_len, a.seed, a.minutes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

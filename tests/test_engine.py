@@ -1,0 +1,89 @@
+"""Greedy exactness of every drafter against transformers' own generate, on tiny random models."""
+
+import pytest
+import torch
+
+from specviz.acceptance import ExactRule
+from specviz.cache import CachedModel
+from specviz.drafters import ModelDrafter, NGramDrafter, lookup_continuation
+from specviz.engine import decode
+from specviz.metrics import summarize
+from specviz.policies import LengthPolicy
+from specviz.sampling import Sampler
+
+
+def reference(lm, prompt, n):
+    with torch.inference_mode():
+        out = lm.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                do_sample=False, max_new_tokens=n)
+    return out[0, len(prompt):].tolist()
+
+
+def run(lm, prompt, n, drafters=(), gamma=0, stop_ids=()):
+    events = list(decode(CachedModel(lm), prompt, drafters=list(drafters), rule=ExactRule(), policy=LengthPolicy(gamma),
+                         sampler=Sampler(), max_new_tokens=n, stop_ids=stop_ids))
+    return [t for e in events for t in e.emitted_ids], events
+
+
+PROMPTS = [[5, 17, 3, 9], [1, 2, 3, 1, 2, 3, 1, 2], [42], list(range(10, 40))]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_ar_matches_generate(tiny_target, prompt):
+    out, events = run(tiny_target, prompt, 40)
+    assert out == reference(tiny_target, prompt, 40)
+    assert all(e.gamma == 0 and len(e.emitted_ids) == 1 for e in events)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("which", ["other", "self", "ngram"])
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_sd_matches_generate(tiny_target, tiny_draft, which, gamma, prompt):
+    drafter = {"other": lambda: ModelDrafter(CachedModel(tiny_draft)),
+               "self": lambda: ModelDrafter(CachedModel(tiny_target)),
+               "ngram": lambda: NGramDrafter()}[which]()
+    out, events = run(tiny_target, prompt, 40, [drafter], gamma)
+    assert out == reference(tiny_target, prompt, 40)
+    assert len(out) == 40
+    if which == "self":  # a draft identical to the target is always accepted: γ + 1 tokens per step
+        assert all(e.accepted == e.gamma for e in events)
+        assert summarize(events)["mean_accept_len"] > gamma
+
+
+def test_stop_token_ends_generation(tiny_target):
+    full, _ = run(tiny_target, PROMPTS[0], 30)
+    stop = full[7]
+    out, _ = run(tiny_target, PROMPTS[0], 30, [ModelDrafter(CachedModel(tiny_target))], 4, stop_ids=[stop])
+    assert out == full[: full.index(stop) + 1]
+
+
+def test_caches_roll_back_to_committed_prefix(tiny_target, tiny_draft):
+    target, draft = CachedModel(tiny_target), CachedModel(tiny_draft)
+    tokens = list(PROMPTS[0])
+    for event in decode(target, tokens, drafters=[ModelDrafter(draft)], policy=LengthPolicy(5), max_new_tokens=30):
+        tokens += event.emitted_ids
+        # the target holds every committed token but the last; neither model keeps rejected drafts
+        assert target.ids[: len(tokens) - 1] == tokens[:-1]
+        assert target.cache.get_seq_length() == len(target.ids)
+        assert draft.cache.get_seq_length() == len(draft.ids)
+    target.forward(tokens, keep=1)
+    assert target.ids == tokens and target.cache.get_seq_length() == len(tokens)
+
+
+def test_events_account_for_time(tiny_target, tiny_draft):
+    _, events = run(tiny_target, PROMPTS[3], 20, [ModelDrafter(CachedModel(tiny_draft))], 3)
+    for e in events:
+        assert e.total_ms >= e.draft_ms + e.verify_ms - 1e-6
+        assert 0 < e.forward_ms <= e.total_ms
+        assert len(e.accept_reasons) == len(e.draft_ids) and len(e.emitted_p) == len(e.emitted_ids)
+    assert [e.elapsed_ms for e in events] == sorted(e.elapsed_ms for e in events)
+
+
+@pytest.mark.parametrize("tokens, gamma, expected", [
+    ([1, 2, 3, 9, 1, 2], 3, [3, 9, 1]),          # longest suffix [1, 2] matched earlier
+    ([7, 8, 7, 8, 7], 2, [8, 7]),                # most recent match wins
+    ([1, 2, 3], 4, []),                           # nothing to copy
+    ([4, 4, 4], 0, []),
+])
+def test_prompt_lookup(tokens, gamma, expected):
+    assert lookup_continuation(tokens, gamma, max_ngram=3) == expected
