@@ -16,8 +16,11 @@ import torch
 
 from .config import DecodeConfig
 from .metrics import summarize
-from .models import ASSETS
+from .models import ASSETS, NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
+from .policies import History, record_of
+from .predictor import AcceptancePredictor, fit_weights, prompt_features
 from .runner import ModelBank, prepare
+from .train import build_instructions
 
 PROMPTS = ASSETS / "prompts"
 SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
@@ -59,7 +62,20 @@ def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
     ]
 
 
-CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs}
+def policy_configs(max_new_tokens: int, draft: str = "draft-s") -> list[BenchConfig]:
+    """Every γ policy and fixed γ ∈ 1..8 with one draft, and per-step selection among all drafts."""
+    def sd(policy: str, gamma: int = 4, name: str = draft) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=name, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
+
+    fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]
+    adaptive = [BenchConfig(p, sd(p)) for p in ("fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")]
+    select = DecodeConfig(method="sd", select=["draft-s", "draft-m", "ngram"], gamma_policy="online", max_new_tokens=max_new_tokens)
+    return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)), *fixed, *adaptive,
+            BenchConfig("online + select(draft-s, draft-m, ngram)", select),
+            BenchConfig("online draft-m", sd("online", name="draft-m")), BenchConfig("online ngram", sd("online", name="ngram"))]
+
+
+CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
@@ -118,6 +134,32 @@ def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens
             f"{c.label} {results[c.label]['tokens_per_s']:.1f}" for c in configs), flush=True)
     write_results(rows, configs, out, max_new_tokens)
     return rows
+
+
+def fit_predictor(n_prompts: int = 25, max_new_tokens: int = 48, gamma: int = 4) -> AcceptancePredictor:
+    """Fit the prompt-feature acceptance predictor on warm-up instructions (from the distillation recipe,
+    never the evaluation suites) and save it next to the drafts."""
+    bank = ModelBank()
+    prompts = build_instructions(n_prompts, seed=12345)
+    names = [*PRESETS[OFFLINE_PRESET].drafts, NGRAM_DRAFT]
+    weights, meta = {}, {"prompts": n_prompts, "gamma": gamma, "max_new_tokens": max_new_tokens, "fit": {}}
+    for name in names:
+        features, acceptance = [], []
+        for prompt in prompts:
+            run = prepare(DecodeConfig(method="sd", draft=name, gamma=gamma, max_new_tokens=max_new_tokens), prompt, bank)
+            hist = History(h=10_000, acc_max=0.99)
+            for event in run.events():
+                hist.add(record_of(event))
+            features.append(prompt_features(run.prompt_ids, run.drafters[0]))
+            acceptance.append(hist.acceptance() or 0.0)
+        weights[name] = fit_weights(features, acceptance)
+        predicted = [sum(a * b for a, b in zip(weights[name], f)) for f in features]
+        meta["fit"][name] = {"mean_acceptance": statistics.mean(acceptance),
+                             "mean_abs_error": statistics.mean(abs(p - a) for p, a in zip(predicted, acceptance))}
+        print(f"{name}: {meta['fit'][name]}", flush=True)
+    predictor = AcceptancePredictor(weights, meta)
+    predictor.save()
+    return predictor
 
 
 def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:

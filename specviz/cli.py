@@ -68,6 +68,8 @@ def build_parser() -> Parser:
     b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
     b.add_argument("--max-new-tokens", type=int, default=96)
     b.add_argument("--out", type=Path, default=Path("results/bench"))
+    f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")
+    f.add_argument("--prompts", type=int, default=25)
     return ap
 
 
@@ -103,10 +105,17 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit_predictor(a: argparse.Namespace) -> int:
+    from .bench import fit_predictor
+
+    fit_predictor(a.prompts)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a = build_parser().parse_args(argv)
-        return {"generate": cmd_generate, "bench": cmd_bench}[a.command](a)
+        return {"generate": cmd_generate, "bench": cmd_bench, "fit-predictor": cmd_fit_predictor}[a.command](a)
     except (UsageError, ConfigError, ModelLoadError) as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)
         return 2

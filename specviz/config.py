@@ -7,9 +7,8 @@ from dataclasses import asdict, dataclass, field
 from .models import OFFLINE_PRESET
 
 METHODS = ("ar", "sd")
-GAMMA_POLICIES = ("fixed",)
+GAMMA_POLICIES = ("fixed", "fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
 ACCEPT_RULES = ("exact",)
-FUTURE_GAMMA_POLICIES = ("fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
 FUTURE_ACCEPT_RULES = ("judge", "lenient", "topk")
 MAX_GAMMA = 32
 MAX_NEW_TOKENS = 4096
@@ -51,12 +50,14 @@ class DecodeConfig:
             raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-        _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES, FUTURE_GAMMA_POLICIES)
+        _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES, ())
         _check_choice("--accept", self.accept, ACCEPT_RULES, FUTURE_ACCEPT_RULES)
         if self.chain:
             raise ConfigError("--chain (polybasic decoding) is not yet available")
-        if self.select:
-            raise ConfigError("--select (draft selection) is not yet available")
+        if self.select and (self.method != "sd" or self.draft):
+            raise ConfigError("--select chooses the draft per step: use it with --method sd and without --draft")
+        if len(set(self.select)) != len(self.select) or len(self.select) == 1:
+            raise ConfigError("--select needs at least two different drafts")
         return self
 
     def to_dict(self) -> dict:

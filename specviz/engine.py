@@ -77,10 +77,11 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
     while generated < max_new_tokens:
         step += 1
         t0, fwd0 = clock(), _forward_seconds(models)
-        drafter = selector.choose(list(drafters)) if drafters else None
-        gamma = min(policy.choose(drafter), max_new_tokens - generated - 1) if drafter else 0
-        why = policy.explain()
-        draft = drafter.propose(tokens, gamma, sampler, policy.stop_rule) if gamma > 0 else Draft([], None, "target")
+        drafter = selector.choose(list(drafters), tokens) if drafters else None
+        gamma = max(0, min(policy.choose(drafter, tokens), max_new_tokens - generated - 1)) if drafter else 0
+        why = {**(policy.explain() or {}), **(selector.explain() or {})} if drafter else None
+        name = drafter.name if drafter else "target"
+        draft = drafter.propose(tokens, gamma, sampler, policy.stop_rule) if gamma > 0 else Draft([], None, name)
         t1 = clock()
         logits = target.forward(tokens + draft.ids, keep=len(draft.ids) + 1)
         t2 = clock()

@@ -1,12 +1,88 @@
 """Length policies (how many tokens to draft this step) and draft selectors (which drafter drafts).
 
-A policy sees the finished steps through ``observe`` and answers ``choose`` before each step; what it
-returns from ``explain`` is attached to the step so the UI can show why it chose that γ.
+A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
+returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
+README): history h = 20 steps, Acc_max = 0.95, γ ∈ [1, 10] (0 allowed for ``online``), probe every 8 steps.
 """
 
 from __future__ import annotations
 
-from .drafters import Drafter, StopRule
+import random
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from .drafters import Drafter, StopRule, lookup_continuation
+
+GAMMA_MAX = 10
+
+
+@dataclass
+class StepRecord:
+    gamma: int
+    accepted: int
+    draft_ms: float
+    verify_ms: float
+    emitted: int
+    total_ms: float
+
+
+def record_of(event) -> StepRecord:
+    return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms)
+
+
+class History:
+    """The last ``h`` steps of one drafter, with the paper's estimates over them."""
+
+    def __init__(self, h: int = 20, acc_max: float = 0.95):
+        self.steps: deque[StepRecord] = deque(maxlen=h)
+        self.acc_max = acc_max
+
+    def add(self, rec: StepRecord) -> None:
+        self.steps.append(rec)
+
+    def drafted(self) -> list[StepRecord]:
+        return [s for s in self.steps if s.gamma > 0]
+
+    def acceptance(self) -> float | None:
+        """Censored MLE of per-token acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2), capped at Acc_max."""
+        steps = self.drafted()
+        if not steps:
+            return None
+        accepted = sum(s.accepted for s in steps)
+        rejections = sum(s.accepted < s.gamma for s in steps)
+        return min(self.acc_max, accepted / (accepted + rejections)) if accepted + rejections else self.acc_max
+
+    def naive_acceptance(self) -> float | None:
+        """ΣV / Σγ: biased low (a rejection hides the tokens after it); kept for comparison."""
+        steps = self.drafted()
+        return sum(s.accepted for s in steps) / sum(s.gamma for s in steps) if steps else None
+
+    def draft_ms_per_token(self) -> float | None:
+        steps = self.drafted()
+        return sum(s.draft_ms for s in steps) / sum(s.gamma for s in steps) if steps else None
+
+    def verify_model(self) -> tuple[float, float] | None:
+        """b_p(γ) = intercept + slope·γ by least squares over the history (flat if γ never varied)."""
+        if not self.steps:
+            return None
+        g = [float(s.gamma) for s in self.steps]
+        t = [float(s.verify_ms) for s in self.steps]
+        g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
+        spread = sum((x - g_mean) ** 2 for x in g)
+        if spread == 0:
+            return t_mean, 0.0
+        slope = sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread
+        return t_mean - slope * g_mean, max(0.0, slope)
+
+
+def expected_tokens(acc: float, gamma: int) -> float:
+    """(1 − Acc^{γ+1}) / (1 − Acc): tokens per step with i.i.d. acceptance, bonus included."""
+    return gamma + 1.0 if acc >= 1 else (1 - acc ** (gamma + 1)) / (1 - acc)
+
+
+def predicted_rates(acc: float, a_q: float, b_p: tuple[float, float], gamma_max: int, gamma_min: int = 0) -> dict[int, float]:
+    """Tokens per second for each γ: expected tokens / (γ·a_q + b_p(γ)) (their Eq. 1)."""
+    return {g: 1e3 * expected_tokens(acc, g) / (g * a_q + b_p[0] + b_p[1] * g) for g in range(gamma_min, gamma_max + 1)}
 
 
 class LengthPolicy:
@@ -18,14 +94,152 @@ class LengthPolicy:
     def __init__(self, gamma: int = 4):
         self.gamma = gamma
 
-    def choose(self, drafter: Drafter) -> int:
+    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
         return self.gamma
 
     def observe(self, event) -> None:
         """Learn from a finished step (a :class:`specviz.engine.StepEvent`)."""
 
     def explain(self) -> dict | None:
-        return None
+        return {"policy": self.name, "gamma": self.gamma}
+
+
+class FSMPolicy(LengthPolicy):
+    """+``up`` after a fully accepted step, −``down`` after a rejection, within [γ_min, γ_max]."""
+
+    name = "fsm"
+    up, down = 1, 1
+
+    def __init__(self, gamma: int = 4, gamma_min: int = 1, gamma_max: int = GAMMA_MAX):
+        super().__init__(gamma)
+        self.gamma_min, self.gamma_max = gamma_min, gamma_max
+
+    def observe(self, event) -> None:
+        if not event.draft_ids:
+            return
+        step = self.up if event.accepted == len(event.draft_ids) else -self.down
+        self.gamma = max(self.gamma_min, min(self.gamma_max, self.gamma + step))
+
+
+class HFHeuristicPolicy(FSMPolicy):
+    """transformers' ``"heuristic"`` schedule: +2 on a full accept, −1 otherwise (floor 1)."""
+
+    name = "hf-heuristic"
+    up, down = 2, 1
+
+    def __init__(self, gamma: int = 4, gamma_max: int = 64):
+        super().__init__(gamma, 1, gamma_max)
+
+
+class CacheFSMPolicy(FSMPolicy):
+    """FSM, plus a jump to a long γ when the current suffix already occurred in prompt + output
+    (the copy regime: code edits, QA over the prompt)."""
+
+    name = "cache-fsm"
+
+    def __init__(self, gamma: int = 4, long_gamma: int = GAMMA_MAX, ngram: int = 3, **kw):
+        super().__init__(gamma, **kw)
+        self.long_gamma, self.ngram, self.hit = long_gamma, ngram, False
+
+    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+        self.hit = bool(lookup_continuation(tokens, 1, self.ngram, self.ngram))
+        return self.long_gamma if self.hit else self.gamma
+
+    def explain(self) -> dict:
+        return {"policy": self.name, "gamma": self.long_gamma if self.hit else self.gamma, "suffix_seen_before": self.hit}
+
+
+class ConfidencePolicy(LengthPolicy):
+    """transformers' ``assistant_confidence_threshold``: draft up to γ_max, stop as soon as the draft's
+    own top probability falls below the threshold (default 0.4)."""
+
+    name = "confidence"
+
+    def __init__(self, gamma: int = GAMMA_MAX, threshold: float = 0.4):
+        super().__init__(gamma)
+        self.threshold = threshold
+        self.stop_rule = lambda q: float(q.max()) < self.threshold
+
+    def explain(self) -> dict:
+        return {"policy": self.name, "gamma_max": self.gamma, "threshold": self.threshold}
+
+
+class OnlinePolicy(LengthPolicy):
+    """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
+    model (a_q per draft token, b_p(γ) fitted linearly) and the γ ∈ 0..γ_max maximising predicted
+    tokens per second; γ = 0 is a plain target step. While γ* = 0 it probes γ = 1 every ``probe`` steps
+    so the estimate can recover."""
+
+    name = "online"
+
+    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 8):
+        super().__init__(gamma)
+        self.gamma_max, self.probe = gamma_max, probe
+        self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
+        self.zero_run = 0
+        self.why: dict = {}
+
+    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+        hist = self.histories[drafter.name]
+        acc, a_q, b_p = hist.acceptance(), hist.draft_ms_per_token(), hist.verify_model()
+        if acc is None or a_q is None or b_p is None:
+            self.why = {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"}
+            return self.gamma
+        rates = predicted_rates(acc, a_q, b_p, self.gamma_max)
+        best = max(rates, key=rates.get)
+        self.zero_run = self.zero_run + 1 if best == 0 else 0
+        reason = "argmax of predicted tokens/s"
+        if best == 0 and self.zero_run % self.probe == 0:
+            best, reason = 1, f"probe: γ* = 0 for {self.probe} steps"
+        self.why = {"policy": self.name, "gamma": best, "acc": acc, "acc_naive": hist.naive_acceptance(), "a_q_ms": a_q,
+                    "b_p_ms": list(b_p), "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason}
+        return best
+
+    def observe(self, event) -> None:
+        self.histories[event.drafter].add(record_of(event))
+
+    def explain(self) -> dict:
+        return self.why
+
+
+class RLPolicy(LengthPolicy):
+    """Q-learning over γ ∈ 1..γ_max with state = (was the last step fully accepted?), ε-greedy,
+    reward = tokens emitted per second in the step."""
+
+    name = "rl"
+
+    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, epsilon: float = 0.1, lr: float = 0.2, seed: int = 0):
+        super().__init__(gamma)
+        self.actions = list(range(1, gamma_max + 1))
+        self.q = {s: dict.fromkeys(self.actions, 0.0) for s in (False, True)}
+        self.state, self.epsilon, self.lr = False, epsilon, lr
+        self.rng = random.Random(seed)
+        self.explored = False
+
+    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+        values = self.q[self.state]
+        self.explored = self.rng.random() < self.epsilon
+        self.gamma = self.rng.choice(self.actions) if self.explored else max(values, key=values.get)
+        return self.gamma
+
+    def observe(self, event) -> None:
+        if not event.draft_ids:
+            return
+        reward = len(event.emitted_ids) / max(event.total_ms, 1e-3) * 1e3
+        values = self.q[self.state]
+        values[self.gamma] += self.lr * (reward - values[self.gamma])
+        self.state = event.accepted == len(event.draft_ids)
+
+    def explain(self) -> dict:
+        return {"policy": self.name, "gamma": self.gamma, "explored": self.explored, "state_full_accept": self.state,
+                "q": {str(a): round(v, 2) for a, v in self.q[self.state].items()}}
+
+
+POLICIES = {p.name: p for p in (LengthPolicy, FSMPolicy, CacheFSMPolicy, OnlinePolicy, RLPolicy, HFHeuristicPolicy, ConfidencePolicy)}
+
+
+def make_policy(name: str, gamma: int) -> LengthPolicy:
+    return POLICIES[name](gamma) if name != "confidence" else ConfidencePolicy()
 
 
 class FirstDraft:
@@ -33,8 +247,53 @@ class FirstDraft:
 
     name = "single"
 
-    def choose(self, drafters: list[Drafter]) -> Drafter:
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter:
         return drafters[0]
 
     def observe(self, event) -> None:
         pass
+
+    def explain(self) -> dict | None:
+        return None
+
+
+class OnlineSelector(FirstDraft):
+    """Pick the drafter with the best predicted throughput max_γ G(γ) from its own history (their
+    draft-model selection); drafters without ``explore`` steps of history are tried first, in the order of
+    their ``priors`` (per-drafter acceptance predicted from prompt features), which also stand in for Acc
+    until a drafter has history."""
+
+    name = "online-select"
+
+    def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 3, gamma_max: int = GAMMA_MAX,
+                 priors: dict[str, float] | None = None):
+        self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
+        self.explore, self.gamma_max, self.priors = explore, gamma_max, priors or {}
+        self.why: dict = {}
+
+    def predicted(self, drafter: Drafter) -> float | None:
+        hist = self.histories[drafter.name]
+        acc = hist.acceptance() if len(hist.drafted()) >= self.explore else self.priors.get(drafter.name)
+        a_q, b_p = hist.draft_ms_per_token(), hist.verify_model()
+        if acc is None or a_q is None or b_p is None:
+            return None
+        return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
+
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter:
+        fresh = [d for d in drafters if len(self.histories[d.name].drafted()) < self.explore]
+        fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
+        if fresh:
+            self.why = {"selector": self.name, "drafter": fresh[0].name, "reason": "exploring: too little history"}
+            return fresh[0]
+        scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
+        best = max(drafters, key=lambda d: scores[d.name])
+        self.why = {"selector": self.name, "drafter": best.name, "pred_tok_s": scores, "reason": "best predicted tokens/s"}
+        return best
+
+    def observe(self, event) -> None:
+        if event.draft_ids:
+            self.histories[event.drafter].add(record_of(event))
+
+    def explain(self) -> dict:
+        return self.why
+

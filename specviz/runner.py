@@ -24,7 +24,8 @@ from .models import (
     resolve_preset,
     shared_vocab_size,
 )
-from .policies import LengthPolicy
+from .policies import FirstDraft, OnlineSelector, make_policy
+from .predictor import AcceptancePredictor
 from .sampling import Sampler
 
 
@@ -62,8 +63,12 @@ class PreparedRun:
     stop_ids: list[int]
 
     def events(self) -> Iterator[StepEvent]:
+        selector = FirstDraft()
+        if len(self.drafters) > 1:
+            predictor = AcceptancePredictor.load()
+            selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=ExactRule(),
-                      policy=LengthPolicy(self.config.gamma), sampler=self.sampler,
+                      policy=make_policy(self.config.gamma_policy, self.config.gamma), selector=selector, sampler=self.sampler,
                       max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)
 
 
@@ -88,7 +93,7 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
     preset = resolve_preset(config.preset)
-    draft_names = [config.draft or next(iter(preset.drafts), NGRAM_DRAFT)] if config.method == "sd" else []
+    draft_names = (config.select or [config.draft or next(iter(preset.drafts), NGRAM_DRAFT)]) if config.method == "sd" else []
     draft_sources = [(name, resolve_draft(preset, name)) for name in draft_names]
     tokenizer = bank.tokenizer(preset.target)
     target = bank.model(preset.target, preset.target.rsplit("/", 1)[-1])

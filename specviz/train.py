@@ -155,10 +155,12 @@ def _collate(rows, max_len: int, pad: int):
     return x, ti, tp
 
 
-def distill_loss(logits: torch.Tensor, top_ids: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against the target's renormalised top-k distribution, over answer positions."""
+def distill_loss(draft, x: torch.Tensor, top_ids: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the target's renormalised top-k distribution, over answer positions only
+    (the vocabulary projection, most of the cost, runs on those positions alone)."""
     mask = top_p.sum(-1) > 0
-    logp = logits[mask].float().log_softmax(-1).gather(-1, top_ids[mask])
+    hidden = draft.model(input_ids=x).last_hidden_state[mask]
+    logp = draft.lm_head(hidden).float().log_softmax(-1).gather(-1, top_ids[mask])
     target = top_p[mask] / top_p[mask].sum(-1, keepdim=True)
     return -(target * logp).sum(-1).mean()
 
@@ -178,19 +180,20 @@ def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: floa
     steps = int(epochs * len(train) / batch)
     print(f"{len(train)} answers, {n_tokens} answer tokens; {sum(p.numel() for p in draft.parameters())} params; {steps} steps", flush=True)
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1 + math.cos(math.pi * min(1.0, s / steps))) / 2)
     start, step = time.time(), 0
     while step < steps and (time.time() - start) < minutes * 60:
         for rows in _batches(train, batch, rng):
             x, ti, tp = _collate(rows, max_len, tok.pad_token_id)
-            loss = distill_loss(draft(x).logits, ti, tp)
+            loss = distill_loss(draft, x, ti, tp)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
             opt.step()
             sched.step()
             step += 1
-            if step % 50 == 0:
+            if step % 10 == 0:
                 print(f"step {step}/{steps} loss {loss.item():.3f} {time.time() - start:.0f}s", flush=True)
             if step >= steps or (time.time() - start) >= minutes * 60:
                 break

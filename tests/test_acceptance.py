@@ -1,0 +1,101 @@
+"""The sampling acceptance rule reproduces the target distribution (chi-square, fixed seeds)."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specviz.acceptance import ExactRule, first_false, residual
+from specviz.cache import CachedModel
+from specviz.drafters import Draft, ModelDrafter
+from specviz.engine import decode
+from specviz.policies import LengthPolicy
+from specviz.sampling import Sampler, top_p_filter
+from tests.conftest import tiny_llama
+
+V = 6
+
+
+
+
+def normalised(x: torch.Tensor) -> torch.Tensor:
+    return x / x.sum(-1, keepdim=True)
+
+
+def first_token_counts(p: torch.Tensor, q_true: torch.Tensor, q_told: torch.Tensor, n: int, gamma: int = 2) -> torch.Tensor:
+    """Draft γ tokens from q_true, verify as if they came from q_told; count the first emitted token."""
+    sampler = Sampler(temperature=1.0, seed=123)
+    rule, counts = ExactRule(), torch.zeros(V)
+    logits = p.log()
+    for _ in range(n):
+        ids = [int(torch.multinomial(q_true[i], 1, generator=sampler.generator)) for i in range(gamma)]
+        verdict = rule.verify(Draft(ids, q_told[:gamma], "synthetic"), logits, p, sampler)
+        first = ids[0] if verdict.accepted > 0 else verdict.next_token
+        counts[first] += 1
+    return counts
+
+
+def test_residual_and_first_false():
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.6, 0.2])
+    assert torch.allclose(residual(p, q), torch.tensor([1.0, 0.0, 0.0]))
+    assert torch.equal(residual(p, p), p)
+    assert first_false(torch.tensor([True, True, False, True])) == 2
+    assert first_false(torch.tensor([True, True])) == 2
+
+
+def test_exact_rule_reproduces_target_distribution():
+    g = torch.Generator().manual_seed(0)
+    p = normalised(torch.rand(3, V, generator=g) ** 3)
+    q = normalised(torch.rand(3, V, generator=g) ** 3)
+    n = 6000
+    counts = first_token_counts(p, q, q, n)
+    assert chisquare(counts, n * p[0]).pvalue > 1e-3
+
+
+def test_wrong_q_is_detected():
+    """The bug transformers once had: verifying with a q other than the one sampled from biases output."""
+    g = torch.Generator().manual_seed(0)
+    p = normalised(torch.rand(3, V, generator=g) ** 3)
+    q = normalised(torch.rand(3, V, generator=g) ** 3)
+    q_wrong = normalised(q ** 2)  # e.g. the draft's distribution before the temperature transform
+    n = 6000
+    counts = first_token_counts(p, q, q_wrong, n)
+    assert chisquare(counts, n * p[0]).pvalue < 1e-6
+
+
+def test_top_p_keeps_nucleus():
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.1])
+    assert torch.allclose(top_p_filter(probs, 0.7), torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    assert torch.allclose(top_p_filter(probs, 1.0), probs)
+
+
+def exact_two_token_joint(lm, prompt, temperature, top_p):
+    """P(t1, t2) of the target alone under the sampling transform, computed exactly over the tiny vocab."""
+    sampler = Sampler(temperature=temperature, top_p=top_p)
+    with torch.inference_mode():
+        p1 = sampler.probs(lm.model(torch.tensor([prompt])).logits[0, -1])
+        seqs = torch.tensor([prompt + [t] for t in range(lm.vocab_size)])
+        p2 = sampler.probs(lm.model(seqs).logits[:, -1])
+    return p1[:, None] * p2
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    return tiny_llama(vocab=10, hidden=32, layers=1, seed=3, init_std=0.3), tiny_llama(vocab=10, hidden=16, layers=1, seed=4, init_std=0.3)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_speculative_sampling_matches_target_on_a_model(small_vocab_pair, temperature, top_p):
+    target, draft = small_vocab_pair
+    prompt = [3, 1, 4]
+    joint = exact_two_token_joint(target, prompt, temperature, top_p).flatten()
+    counts = torch.zeros_like(joint)
+    n = 2000
+    for seed in range(n):
+        events = decode(CachedModel(target), prompt, drafters=[ModelDrafter(CachedModel(draft))],
+                        policy=LengthPolicy(3), sampler=Sampler(temperature, top_p, seed), max_new_tokens=2)
+        t1, t2 = [t for e in events for t in e.emitted_ids][:2]
+        counts[t1 * target.vocab_size + t2] += 1
+    keep = joint * n >= 5  # chi-square needs populated cells; pool the rest
+    observed = torch.cat([counts[keep], counts[~keep].sum(0, keepdim=True)])
+    expected = torch.cat([joint[keep], joint[~keep].sum(0, keepdim=True)]) * n
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3

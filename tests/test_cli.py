@@ -1,0 +1,87 @@
+"""Every user mistake on the CLI: one line on stderr, non-zero exit, no traceback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.getcwd()}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, env=ENV, timeout=300)
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess, fragment: str) -> None:
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("specviz: error:")]
+    assert len(lines) == 1 and fragment in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--max-new-tokens", "0"], "--max-new-tokens"),
+    (["--max-new-tokens", "-5"], "--max-new-tokens"),
+    (["--max-new-tokens", "100000000"], "--max-new-tokens"),
+    (["--gamma", "0"], "--gamma"),
+    (["--gamma", "99"], "--gamma"),
+    (["--temperature", "-0.1"], "--temperature"),
+    (["--temperature", "nan"], "--temperature"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-p", "1.5"], "--top-p"),
+    (["--method", "beam"], "--method"),
+    (["--preset", "no-such-preset"], "unknown preset"),
+    (["--draft", "no-such-draft"], "unknown draft"),
+    (["--gamma", "three"], "invalid int value"),
+    (["--accept", "bogus"], "--accept"),
+    (["--gamma-policy", "bogus"], "--gamma-policy"),
+])
+def test_bad_options(args, fragment):
+    assert_one_line_error(cli("generate", "--prompt", "hi", *args), fragment)
+
+
+def test_missing_prompt():
+    assert_one_line_error(cli("generate"), "--prompt")
+
+
+def test_unreadable_prompt_file(tmp_path):
+    assert_one_line_error(cli("generate", "--prompt-file", str(tmp_path / "missing.txt")), "--prompt-file")
+
+
+def test_unknown_command():
+    assert_one_line_error(cli("fly"), "invalid choice")
+
+
+@pytest.mark.slow
+def test_empty_prompt():
+    assert_one_line_error(cli("generate", "--prompt", "   "), "prompt is empty")
+
+
+@pytest.mark.slow
+def test_prompt_longer_than_context(tmp_path):
+    f = tmp_path / "long.txt"
+    f.write_text("word " * 9000)
+    assert_one_line_error(cli("generate", "--prompt-file", str(f), "--no-chat"), "exceeds the target's context")
+
+
+@pytest.mark.slow
+def test_unloadable_hub_draft_offline():
+    assert_one_line_error(cli("generate", "--prompt", "hi", "--draft", "nobody/no-such-model"), "cannot load model")
+
+
+@pytest.mark.slow
+def test_json_contract():
+    r = cli("generate", "--prompt", "Name three colors.", "--draft", "ngram", "--gamma", "3", "--max-new-tokens", "12", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) >= {"text", "token_ids", "config", "metrics", "steps", "theory"}
+    m = out["metrics"]
+    assert set(m) >= {"new_tokens", "wall_s", "tokens_per_s", "target_forwards", "mean_accept_len", "accept_rate"}
+    assert m["new_tokens"] == len(out["token_ids"]) <= 12
+    assert m["mean_accept_len"] == pytest.approx(m["new_tokens"] / m["target_forwards"])
+    step_keys = {"step", "drafter", "gamma", "draft_ids", "accepted", "emitted_ids", "accept_reasons", "judge_scores",
+                 "draft_ms", "verify_ms", "total_ms"}
+    assert all(set(s) >= step_keys for s in out["steps"])
+    assert [t for s in out["steps"] for t in s["emitted_ids"]] == out["token_ids"]

@@ -1,0 +1,159 @@
+"""Length policies and the draft selector: estimators, argmax, transitions, γ = 0, and losslessness."""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from specviz.cache import CachedModel
+from specviz.drafters import ModelDrafter, NGramDrafter
+from specviz.engine import decode
+from specviz.policies import (
+    POLICIES,
+    ConfidencePolicy,
+    FSMPolicy,
+    HFHeuristicPolicy,
+    History,
+    OnlinePolicy,
+    OnlineSelector,
+    StepRecord,
+    expected_tokens,
+    make_policy,
+    predicted_rates,
+)
+from tests.test_engine import PROMPTS, reference
+
+DRAFTER = SimpleNamespace(name="d")
+
+
+def event(gamma, accepted, draft_ms=1.0, verify_ms=40.0, drafter="d"):
+    emitted = accepted + 1
+    return SimpleNamespace(draft_ids=[0] * gamma, accepted=accepted, draft_ms=draft_ms * gamma, verify_ms=verify_ms,
+                           emitted_ids=[0] * emitted, total_ms=verify_ms + draft_ms * gamma, drafter=drafter)
+
+
+def simulate(alpha, gamma, steps, seed=0):
+    rng = random.Random(seed)
+    for _ in range(steps):
+        v = 0
+        while v < gamma and rng.random() < alpha:
+            v += 1
+        yield v
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.85])
+def test_mle_recovers_true_rate_and_naive_does_not(alpha):
+    hist = History(h=5000, acc_max=0.999)
+    for v in simulate(alpha, 4, 5000):
+        hist.add(StepRecord(4, v, 4.0, 40.0, v + 1, 44.0))
+    assert hist.acceptance() == pytest.approx(alpha, abs=0.02)
+    assert hist.naive_acceptance() < alpha - 0.05
+
+
+def test_acceptance_is_capped():
+    hist = History(acc_max=0.9)
+    hist.add(StepRecord(4, 4, 4.0, 40.0, 5, 44.0))
+    assert hist.acceptance() == 0.9
+
+
+def test_expected_tokens_and_argmax_by_hand():
+    assert expected_tokens(0.5, 0) == 1
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    # a_q = 10 ms, b_p = 40 ms flat: γ=0 → 1/40 = 25 tok/s; γ=1 → 1.5/50 = 30; γ=2 → 1.75/60 = 29.2
+    rates = predicted_rates(0.5, 10.0, (40.0, 0.0), 3)
+    assert rates[0] == pytest.approx(25.0) and rates[1] == pytest.approx(30.0)
+    assert max(rates, key=rates.get) == 1
+    # drafting costs more than it saves: γ = 0 wins
+    rates = predicted_rates(0.1, 30.0, (40.0, 0.0), 3)
+    assert max(rates, key=rates.get) == 0
+
+
+def test_verify_model_fits_a_line():
+    hist = History()
+    for g in (1, 2, 3, 4):
+        hist.add(StepRecord(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
+    intercept, slope = hist.verify_model()
+    assert intercept == pytest.approx(40) and slope == pytest.approx(3)
+
+
+def test_online_policy_picks_zero_then_probes():
+    policy = OnlinePolicy(gamma=4, probe=3)
+    for _ in range(10):
+        policy.observe(event(4, 0, draft_ms=30.0))
+    choices = []
+    for _ in range(6):
+        choices.append(policy.choose(DRAFTER, []))
+        policy.observe(event(choices[-1], 0, draft_ms=30.0) if choices[-1] else event(0, 0))
+    assert choices.count(0) >= 4 and 1 in choices
+    assert "pred_tok_s" in policy.explain()
+
+
+def test_online_policy_goes_long_when_acceptance_is_high():
+    policy = OnlinePolicy(gamma=2)
+    for _ in range(10):
+        policy.observe(event(2, 2, draft_ms=1.0))
+    assert policy.choose(DRAFTER, []) >= 6
+
+
+def test_fsm_transitions():
+    p = FSMPolicy(gamma=3, gamma_min=1, gamma_max=4)
+    p.observe(event(3, 3))
+    assert p.gamma == 4
+    p.observe(event(4, 4))
+    assert p.gamma == 4
+    for _ in range(5):
+        p.observe(event(p.gamma, 0))
+    assert p.gamma == 1
+    p.observe(event(0, 0))  # a step with nothing drafted changes nothing
+    assert p.gamma == 1
+
+
+def test_hf_heuristic_schedule():
+    p = HFHeuristicPolicy(gamma=5)
+    p.observe(event(5, 5))
+    assert p.gamma == 7
+    p.observe(event(7, 2))
+    assert p.gamma == 6
+
+
+def test_confidence_stop_rule():
+    import torch
+
+    p = ConfidencePolicy(threshold=0.4)
+    assert p.stop_rule(torch.tensor([0.3, 0.3, 0.4 - 1e-3, 0.0]))
+    assert not p.stop_rule(torch.tensor([0.5, 0.5]))
+
+
+def test_cache_fsm_jumps_on_a_repeated_suffix():
+    p = make_policy("cache-fsm", 3)
+    assert p.choose(DRAFTER, [1, 2, 3, 4, 5, 6]) == 3
+    assert p.choose(DRAFTER, [1, 2, 3, 9, 1, 2, 3]) == p.long_gamma
+
+
+def test_selector_explores_then_exploits():
+    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    sel = OnlineSelector(explore=2)
+    picks = []
+    for _ in range(8):
+        d = sel.choose([a, b], [])
+        picks.append(d.name)
+        sel.observe(event(4, 4 if d.name == "b" else 0, drafter=d.name))
+    assert picks[:4].count("a") == 2 and picks[:4].count("b") == 2
+    assert picks[4:] == ["b"] * 4
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_is_lossless(tiny_target, name):
+    prompt = PROMPTS[1]
+    events = list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(CachedModel(tiny_target))],
+                         policy=make_policy(name, 3), max_new_tokens=40))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
+
+
+def test_selector_is_lossless(tiny_target, tiny_draft):
+    prompt = PROMPTS[3]
+    drafters = [ModelDrafter(CachedModel(tiny_draft)), NGramDrafter(), ModelDrafter(CachedModel(tiny_target))]
+    events = list(decode(CachedModel(tiny_target), prompt, drafters=drafters, policy=make_policy("online", 3),
+                         selector=OnlineSelector(explore=2), max_new_tokens=40))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
+    assert {e.drafter for e in events} >= {d.name for d in drafters}
