@@ -1,0 +1,10 @@
+"""The specviz web app (Gradio 6). Depends on the engine (``specviz.runner`` and friends), never the reverse.
+
+Modules: ``app`` builds and launches the Blocks; ``explore``, ``compare``, ``explain`` are the tabs;
+``trace`` turns StepEvents into token spans and rows, ``render`` into HTML, ``charts`` into plotly figures;
+``stream`` runs a decode in a worker thread; ``state`` holds per-session data; ``bank`` the shared models.
+"""
+
+from .app import CSS, THEME, build_app, launch
+
+__all__ = ["CSS", "THEME", "build_app", "launch"]

@@ -1,0 +1,69 @@
+"""The specviz web app: three tabs (Explore, Compare, Explain) over the shared engine.
+
+``build_app()`` returns the Blocks (queue configured); ``launch()`` starts it with the theme and CSS
+(gradio 6 takes those in ``launch``) on ``PORT`` / ``GRADIO_SERVER_PORT`` (default 7860).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gradio as gr
+
+from .bank import Models, default_preset, shared_models
+from .compare import build_compare_tab
+from .explain import build_explain_tab, explain_update
+from .explore import build_explore_tab
+from .render import status_html, token_css
+
+TITLE = "specviz: speculative decoding, step by step"
+INTRO = ("A small draft proposes γ tokens, the target checks them all in one forward pass and keeps the longest agreeing run "
+         "(plus one token of its own). Watch every step live, race it against plain autoregressive decoding on the same prompt, "
+         "compare settings side by side, and see what the theory predicts.")
+CSS = token_css() + "\n" + (Path(__file__).with_name("style.css")).read_text()
+THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
+DEFAULT_CONCURRENCY = 4
+"""Light handlers (settings checks, replay, theory plot) run concurrently."""
+
+
+def model_status(models: Models | None = None) -> tuple:
+    """The status line at the top of the page; the timer stops once models are ready."""
+    message, level = (models or shared_models()).status()
+    return status_html(message, level), gr.Timer(active=level == "busy")
+
+
+def build_app() -> gr.Blocks:
+    """Build the Blocks (call ``launch`` or ``demo.launch(theme=THEME, css=CSS)`` to serve it)."""
+    with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
+        session = gr.State(None)
+        gr.Markdown(f"# {TITLE}\n{INTRO}")
+        models_line = gr.HTML(status_html("Checking models…", "busy"), elem_id="model-status")
+        timer = gr.Timer(2.0, active=True)
+        with gr.Tabs():
+            with gr.Tab("Explore", id="explore"):
+                build_explore_tab(session)
+            with gr.Tab("Compare", id="compare"):
+                build_compare_tab(session)
+            with gr.Tab("Explain", id="explain") as explain_tab:
+                alpha, c, gamma_max, plot, numbers, theory = build_explain_tab(session)
+        explain_tab.select(explain_update, [alpha, c, gamma_max, session], [plot, numbers, theory], api_visibility="private")
+        timer.tick(model_status, None, [models_line, timer], api_visibility="private", queue=False)
+        demo.load(model_status, None, [models_line, timer], api_visibility="private", queue=False)
+    demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY)
+    return demo
+
+
+def server_port() -> int | None:
+    value = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
+    return int(value) if value else None
+
+
+def launch(demo: gr.Blocks | None = None, warm_up: bool = True, **kwargs) -> gr.Blocks:
+    """Start loading the default preset's models in the background and serve the app."""
+    demo = demo or build_app()
+    if warm_up:
+        shared_models().warm_up(default_preset())
+    kwargs.setdefault("server_port", server_port())
+    demo.launch(theme=THEME, css=CSS, **kwargs)
+    return demo

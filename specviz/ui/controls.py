@@ -1,0 +1,220 @@
+"""Settings controls shared by the tabs, their small callbacks (preset → drafts, rule → parameters, live
+settings check) and the error handling every handler uses."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from .. import config as engine_config
+from ..bench import load_suite
+from ..config import MAX_GAMMA, ConfigError
+from ..models import PRESETS, ModelLoadError, resolve_draft, resolve_preset
+from .bank import default_draft, default_preset, draft_choices
+from .render import status_html
+from .state import make_config
+
+log = logging.getLogger("specviz.ui")
+
+USER_ERRORS = (ConfigError, ModelLoadError)
+UI_MAX_NEW_TOKENS = 512
+
+
+def option_choices(available: tuple[str, ...], future: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Dropdown choices: what the engine offers now, then what later issues add (labelled; choosing one
+    shows the engine's 'not yet available' message, and the label disappears once the engine has it)."""
+    return [(v, v) for v in available] + [(f"{v} (coming later)", v) for v in future if v not in available]
+
+
+GAMMA_POLICY_CHOICES = option_choices(engine_config.GAMMA_POLICIES, getattr(engine_config, "FUTURE_GAMMA_POLICIES", ()))
+ACCEPT_CHOICES = option_choices(engine_config.ACCEPT_RULES, getattr(engine_config, "FUTURE_ACCEPT_RULES", ()))
+BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP = "after the run", "before the run", "skip"
+
+
+def decode_concurrency() -> int:
+    """Decodes running at once across all sessions (SPECVIZ_DECODE_CONCURRENCY, default 1): runs never share the
+    CPU/GPU, so their timings stay honest; other sessions wait in the queue and see their position."""
+    try:
+        return max(1, int(os.environ.get("SPECVIZ_DECODE_CONCURRENCY", "1")))
+    except ValueError:
+        return 1
+
+
+def user_message(exc: BaseException) -> str:
+    """One line for the UI: user mistakes verbatim, anything else named as unexpected (and logged)."""
+    if isinstance(exc, USER_ERRORS):
+        return str(exc)
+    log.exception("unexpected error in a handler")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"unexpected error ({type(exc).__name__}){': ' + first[:300] if first else ''} — the app is still running"
+
+
+def notify(message: str) -> None:
+    """A toast in the browser (best effort: outside a request there is nobody to tell)."""
+    try:
+        gr.Warning(message)
+    except Exception:
+        pass
+
+
+def guarded(frames: Callable[[], Iterator[tuple]], on_error: Callable[[str], tuple]) -> Iterator[tuple]:
+    """Run a handler's generator; any exception becomes a visible error frame instead of a crash."""
+    try:
+        yield from frames()
+    except Exception as exc:
+        message = user_message(exc)
+        notify(message)
+        yield on_error(message)
+
+
+def example_prompts() -> tuple[list[list[str]], list[str]]:
+    """Prompts of the benchmark suites as gr.Examples rows, with 'category: prompt' labels."""
+    try:
+        items = interleave_categories(load_suite("all"))
+    except Exception:
+        items = []
+    rows = [[it["prompt"]] for it in items]
+    labels = [f"{it['category']}: {it['prompt'][:70]}{'…' if len(it['prompt']) > 70 else ''}" for it in items]
+    return rows, labels
+
+
+def interleave_categories(items: list[dict]) -> list[dict]:
+    """Round-robin over categories, so the first page of examples shows one prompt of each."""
+    by_cat: dict[str, list[dict]] = {}
+    for it in items:
+        by_cat.setdefault(it["category"], []).append(it)
+    rounds = max((len(v) for v in by_cat.values()), default=0)
+    return [group[i] for i in range(rounds) for group in by_cat.values() if i < len(group)]
+
+
+def default_prompt() -> str:
+    rows, _ = example_prompts()
+    return rows[0][0] if rows else "Write a short poem about the sea."
+
+
+def preset_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in PRESETS]
+
+
+def preset_info(preset: str) -> str:
+    p = PRESETS.get(preset)
+    return f"{p.description}. Target: `{p.target}`." if p else "Unknown preset."
+
+
+@dataclass
+class DecodeControls:
+    """The per-run settings controls (used by Explore; Compare reuses the sampling ones)."""
+
+    preset: gr.Dropdown
+    method: gr.Radio
+    draft: gr.Dropdown
+    gamma: gr.Slider
+    gamma_policy: gr.Dropdown
+    accept: gr.Dropdown
+    judge_threshold: gr.Slider
+    lenience: gr.Slider
+    topk: gr.Number
+    chain: gr.Dropdown
+    select: gr.Dropdown
+    temperature: gr.Slider
+    top_p: gr.Slider
+    seed: gr.Number
+    max_new_tokens: gr.Slider
+    chat: gr.Checkbox
+
+    def inputs(self) -> list[gr.components.Component]:
+        return [self.preset, self.method, self.draft, self.gamma, self.gamma_policy, self.accept, self.judge_threshold,
+                self.lenience, self.topk, self.chain, self.select, self.temperature, self.top_p, self.seed,
+                self.max_new_tokens, self.chat]
+
+
+def preset_dropdown(prefix: str, preset: str | None = None) -> gr.Dropdown:
+    preset = preset or default_preset()
+    return gr.Dropdown(preset_choices(), value=preset, label="Preset", info=preset_info(preset), elem_id=f"{prefix}-preset")
+
+
+def max_tokens_slider(max_new_tokens: int, prefix: str) -> gr.Slider:
+    return gr.Slider(1, UI_MAX_NEW_TOKENS, value=max_new_tokens, step=1, label="Max new tokens", elem_id=f"{prefix}-max-tokens")
+
+
+def sampling_controls(prefix: str) -> tuple[gr.Slider, gr.Slider, gr.Number, gr.Checkbox]:
+    """Temperature, top-p, seed and the chat-template switch (inside an accordion)."""
+    temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature", info="0 = greedy (exact SD then reproduces AR token for token)",
+                            elem_id=f"{prefix}-temperature")
+    top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id=f"{prefix}-top-p")
+    seed = gr.Number(0, precision=0, label="Seed", elem_id=f"{prefix}-seed")
+    chat = gr.Checkbox(True, label="Apply the chat template", elem_id=f"{prefix}-chat")
+    return temperature, top_p, seed, chat
+
+
+def decode_controls(preset: str | None = None, max_new_tokens: int = 64) -> DecodeControls:
+    """Build the Explore settings column (must be called inside a Blocks context)."""
+    preset = preset or default_preset()
+    preset_dd = preset_dropdown("explore", preset)
+    method = gr.Radio([("speculative (sd)", "sd"), ("autoregressive (ar)", "ar")], value="sd", label="Method", elem_id="explore-method")
+    draft = gr.Dropdown(draft_choices(preset), value=default_draft(preset), label="Draft", allow_custom_value=True,
+                        info="A draft of the preset, 'ngram', a hub id or a local directory", elem_id="explore-draft")
+    gamma = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ (tokens drafted per step; initial γ for adaptive policies)",
+                      elem_id="explore-gamma")
+    gamma_policy = gr.Dropdown(GAMMA_POLICY_CHOICES, value="fixed", label="γ policy", elem_id="explore-gamma-policy")
+    accept = gr.Dropdown(ACCEPT_CHOICES, value="exact", label="Acceptance rule", elem_id="explore-accept")
+    judge = gr.Slider(0, 1, value=0.5, step=0.01, label="Judge threshold δ", visible=False, info="1 turns the judge off")
+    lenience = gr.Slider(0.01, 1, value=1, step=0.01, label="Lenience l", visible=False, info="accept with prob min(1, p/(l·q))")
+    topk = gr.Number(5, precision=0, minimum=1, label="Top-k", visible=False, info="accept if the draft is in the target's top k")
+    max_tokens = max_tokens_slider(max_new_tokens, "explore")
+    with gr.Accordion("Sampling (temperature, top-p, seed, chat template)", open=False):
+        temperature, top_p, seed, chat = sampling_controls("explore")
+    with gr.Accordion("Polybasic chain and draft selection", open=False):
+        names = [v for _, v in draft_choices(preset)]
+        chain = gr.Dropdown(names, value=[], multiselect=True, allow_custom_value=True, label="Chain (fastest first; target implied last)")
+        select = gr.Dropdown(names, value=[], multiselect=True, allow_custom_value=True, label="Select among drafts per step")
+    return DecodeControls(preset_dd, method, draft, gamma, gamma_policy, accept, judge, lenience, topk, chain, select,
+                          temperature, top_p, seed, max_tokens, chat)
+
+
+def on_preset_change(preset: str) -> tuple:
+    """New draft choices (and default) for the chosen preset, and its description."""
+    if preset not in PRESETS:
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+    choices = draft_choices(preset)
+    names = [v for _, v in choices]
+    return (gr.update(choices=choices, value=default_draft(preset)), gr.update(info=preset_info(preset)),
+            gr.update(choices=names, value=[]), gr.update(choices=names, value=[]))
+
+
+def on_accept_change(accept: str) -> tuple:
+    """Show only the parameter the chosen acceptance rule uses."""
+    return gr.update(visible=accept == "judge"), gr.update(visible=accept == "lenient"), gr.update(visible=accept == "topk")
+
+
+def on_method_change(method: str) -> tuple:
+    speculative = method == "sd"
+    return tuple(gr.update(interactive=speculative) for _ in range(4))
+
+
+def settings_check(preset, method, draft, gamma, gamma_policy, accept, judge_threshold, lenience, topk, chain, select,
+                   temperature, top_p, seed, max_new_tokens, chat) -> str:
+    """Validate the settings as they change (no model is touched): '' or a visible one-line message."""
+    try:
+        config = make_config(preset=preset, method=method, draft=draft, gamma=gamma, gamma_policy=gamma_policy, accept=accept,
+                             judge_threshold=judge_threshold, lenience=lenience, topk=topk, chain=chain, select=select,
+                             temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, chat=chat)
+        if config.method == "sd" and config.draft:
+            resolve_draft(resolve_preset(config.preset), config.draft)
+    except USER_ERRORS as exc:
+        return status_html(str(exc), "warn")
+    except Exception as exc:  # never let a settings check break the page
+        return status_html(user_message(exc), "warn")
+    return ""
+
+
+def wire_decode_controls(c: DecodeControls, hint: gr.HTML) -> None:
+    """Attach the small callbacks: preset → drafts, rule → parameter, method → draft controls, live check."""
+    c.preset.change(on_preset_change, c.preset, [c.draft, c.preset, c.chain, c.select], api_visibility="private", queue=False)
+    c.accept.change(on_accept_change, c.accept, [c.judge_threshold, c.lenience, c.topk], api_visibility="private", queue=False)
+    c.method.change(on_method_change, c.method, [c.draft, c.gamma, c.gamma_policy, c.accept], api_visibility="private", queue=False)
+    gr.on([x.change for x in c.inputs()], settings_check, c.inputs(), hint, api_visibility="private", queue=False)

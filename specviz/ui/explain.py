@@ -1,0 +1,107 @@
+"""Explain tab: the speedup formula of standard speculative decoding (DESIGN §1.1) as an interactive plot,
+with the last Explore run's measured acceptance and cost ratio placed on it (predicted vs measured)."""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+
+import gradio as gr
+
+from . import charts
+from .render import status_html
+from .state import ensure_session
+
+FORMULA = r"""
+With per-token acceptance **α** (i.i.d.), γ drafted tokens per step and **c** = (draft time per token) / (target time per forward):
+
+$$E[\text{tokens per step}] = \frac{1-\alpha^{\gamma+1}}{1-\alpha} \qquad S(\gamma) = \frac{1-\alpha^{\gamma+1}}{(1-\alpha)(\gamma c+1)}$$
+
+Some γ gives a speedup (S > 1) exactly when α > c. Measured points come from your last Explore run: α = accepted / drafted
+tokens, c = mean draft ms per drafted token ÷ mean verify ms per target forward, tokens per step = emitted tokens per target
+forward (steps where the drafter proposed nothing count as 1), speedup = tok/s ÷ the AR baseline's tok/s on the same prompt.
+The model ignores overhead and prefill, so measured points sit a little below the curve.
+"""
+
+
+def measured_from(session: dict | None) -> charts.Measured | None:
+    """α, c, mean γ, tokens per step and speedup of the last speculative Explore run (None if there is none)."""
+    last = ensure_session(session).get("last")
+    if not last or last["config"]["method"] != "sd":
+        return None
+    m = last["metrics"]
+    if not m.get("drafted") or not m.get("target_forwards") or not m.get("verify_ms"):
+        return None
+    c = (m["draft_ms"] / m["drafted"]) / (m["verify_ms"] / m["target_forwards"])
+    gammas = [e["gamma"] for e in last["events"] if e["gamma"] > 0] or [last["config"]["gamma"]]
+    return charts.Measured(m["accept_rate"], c, statistics.mean(gammas), m["mean_accept_len"], last.get("speedup"),
+                           f"run #{last.get('run', '?')}")
+
+
+def summary_markdown(alpha: float, c: float, gamma_max: int, measured: charts.Measured | None) -> str:
+    g = charts.best_gamma(alpha, c, gamma_max)
+    verdict = "a speedup is possible" if alpha > c else "no γ gives a speedup (α ≤ c)"
+    lines = [f"**Sliders:** α = {alpha:.2f}, c = {c:.3f} → {verdict}; best γ* = {g} with S = {charts.speedup(alpha, c, g):.2f}× "
+             f"and {charts.expected_tokens(alpha, g):.2f} tokens per step."]
+    if measured is None:
+        lines.append("**Measured:** none yet: run a speculative decode in the Explore tab, then come back (or press the button).")
+    else:
+        g_run = round(measured.gamma)
+        pred, pred_tokens = charts.speedup(measured.alpha, measured.c, g_run), charts.expected_tokens(measured.alpha, g_run)
+        speed = f"{measured.speedup:.2f}×" if measured.speedup is not None else "not measured (no AR baseline)"
+        lines.append(f"**Measured ({measured.label}):** α = {measured.alpha:.2f}, c = {measured.c:.3f}, mean γ = {measured.gamma:.1f}; "
+                     f"tokens per step {measured.tokens_per_step:.2f} (predicted {pred_tokens:.2f}); "
+                     f"speedup {speed} (predicted {pred:.2f}×).")
+    return "\n\n".join(lines)
+
+
+def theory_html(session: dict | None) -> str:
+    """The polybasic predicted-vs-measured section: shown only when the last run's result carries theory data."""
+    last = ensure_session(session).get("last")
+    theory = last.get("theory") if last else None
+    if not theory:
+        return status_html("Polybasic theory (Lemma 3.1 time model, Theorem 3.2 insertion test, Theorem 3.3 acceptance-length "
+                           "distribution: predicted vs measured) appears here after a run whose result carries theory data "
+                           "(polybasic chain decoding, a later issue). The last run carries none, so nothing is shown.", "info")
+    body = html.escape(json.dumps(theory, indent=1, default=str))
+    return f'<div class="sv-theory"><b>Theory data of run #{last.get("run", "?")}</b><pre>{body}</pre></div>'
+
+
+def explain_update(alpha: float, c: float, gamma_max: float, session: dict | None) -> tuple:
+    """Plot, numbers and the polybasic section for the slider values (and the last run, when there is one)."""
+    try:
+        measured = measured_from(session)
+        gmax = max(1, int(gamma_max or 1))
+        a, cost = min(max(float(alpha), 0.0), 0.999), max(float(c), 0.0)
+        return charts.theory_figure(a, cost, gmax, measured), summary_markdown(a, cost, gmax, measured), theory_html(session)
+    except Exception as exc:  # a plot must never take the page down
+        return gr.skip(), f"⚠ could not draw the plot: {exc}", gr.skip()
+
+
+def use_measured(session: dict | None) -> tuple:
+    """Move the sliders to the last run's α and c."""
+    m = measured_from(session)
+    if m is None:
+        gr.Info("No speculative Explore run yet: run one first.")
+        return gr.skip(), gr.skip()
+    return round(min(m.alpha, 0.99), 2), round(min(m.c, 1.0), 3)
+
+
+def build_explain_tab(session: gr.State) -> tuple:
+    """The Explain tab (inside a gr.Tab context); returns the components the tab-select refresh needs."""
+    gr.Markdown(FORMULA, latex_delimiters=[{"left": "$$", "right": "$$", "display": True}])
+    with gr.Row():
+        alpha = gr.Slider(0, 0.99, value=0.7, step=0.01, label="α: per-token acceptance", elem_id="explain-alpha")
+        c = gr.Slider(0, 1, value=0.05, step=0.005, label="c: draft cost / target cost", elem_id="explain-c")
+        gamma_max = gr.Slider(1, 32, value=12, step=1, label="γ max", elem_id="explain-gmax")
+    use = gr.Button("Use the measured α and c of my last Explore run")
+    plot = gr.Plot(charts.theory_figure(0.7, 0.05, 12), label="Expected tokens per step and speedup vs γ", elem_id="explain-plot")
+    numbers = gr.Markdown(summary_markdown(0.7, 0.05, 12, None), elem_id="explain-numbers")
+    gr.Markdown("### Polybasic theory: predicted vs measured")
+    theory = gr.HTML(theory_html(None), elem_id="explain-theory")
+    inputs = [alpha, c, gamma_max, session]
+    gr.on([alpha.release, c.release, gamma_max.release], explain_update, inputs, [plot, numbers, theory], api_name="explain")
+    use.click(use_measured, session, [alpha, c], api_visibility="private").then(explain_update, inputs, [plot, numbers, theory],
+                                                                                 api_visibility="private")
+    return alpha, c, gamma_max, plot, numbers, theory

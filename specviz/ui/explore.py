@@ -1,0 +1,275 @@
+"""Explore tab: one live run, streamed step by step and raced against the autoregressive baseline.
+
+The speculative run streams first (first tokens within a second of Run once models are loaded); the AR
+baseline for the same prompt and settings is then measured right after it (or before it, or reused from
+this session's cache) and added to the charts, and the headline says which.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import gradio as gr
+import pandas as pd
+
+from ..config import ConfigError, DecodeConfig
+from ..metrics import summarize
+from ..runner import PreparedRun, prepare, run_to_result
+from . import charts
+from .bank import LOADING_MESSAGE, Models, shared_models
+from .controls import (
+    BASELINE_AFTER,
+    BASELINE_BEFORE,
+    BASELINE_SKIP,
+    DecodeControls,
+    decode_concurrency,
+    decode_controls,
+    default_prompt,
+    example_prompts,
+    guarded,
+    wire_decode_controls,
+)
+from .gpu import gpu
+from .render import REASON_LEGEND, Headline, headline_html, legend_html, spans_html, status_html
+from .state import baseline_key, ensure_session, get_baseline, make_config, put_baseline, run_record
+from .stream import stream_batches
+from .trace import STEP_COLUMNS, TraceBuilder, cumulative
+
+TOKENS_EVERY_S = 0.2
+CHARTS_EVERY_S = 1.0
+AR_LABEL = "autoregressive (AR baseline)"
+N_OUTPUTS = 7  # status, headline, tokens, race, dynamics, table, session
+PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one marked span per token: hover a token for its step, '
+               'p (target), q (draft) and judge score.</span>')
+
+
+def frame(status=None, headline=None, tokens=None, race=None, dynamics=None, table=None, session=None) -> tuple:
+    """One update of the Explore outputs; ``None`` leaves an output as it is."""
+    values = (status, headline, tokens, race, dynamics, table, session)
+    return tuple(gr.skip() if v is None else v for v in values)
+
+
+def step_table(rows: list[list] | None = None) -> pd.DataFrame:
+    return pd.DataFrame(rows or [], columns=STEP_COLUMNS)
+
+
+def run_label(config: DecodeConfig) -> str:
+    if config.method == "ar":
+        return "autoregressive (this run)"
+    extra = "" if config.gamma_policy == "fixed" else f", {config.gamma_policy}"
+    rule = "" if config.accept == "exact" else f", {config.accept}"
+    drafts = "select " + "/".join(config.select) if config.select else (config.draft or "default draft")
+    return f"speculative ({drafts}, γ={config.gamma}{extra}{rule})"
+
+
+def ar_config(config: DecodeConfig) -> DecodeConfig:
+    return replace(config, method="ar", draft=None, chain=[], select=[], gamma_policy="fixed", accept="exact")
+
+
+class Live:
+    """What the charts and headline of a streaming run need, updated batch by batch."""
+
+    def __init__(self, run: PreparedRun, label: str):
+        self.run, self.label = run, label
+        self.builder = TraceBuilder(run.tokenizer, run.prompt_ids)
+        self.events: list = []
+        self.tokens_html = ""
+
+    def add(self, batch: list) -> None:
+        self.events += batch
+        self.tokens_html += spans_html(self.builder.add_all(batch))
+
+    def metrics(self) -> dict:
+        return summarize(self.events)
+
+    def series(self, baseline: bool = False, note: str = "") -> charts.Series:
+        times, tokens = cumulative(self.builder.events)
+        return charts.Series(self.label, times, tokens, baseline=baseline, note=note)
+
+
+def _ar_series(ar: dict | None, note: str = "") -> list[charts.Series]:
+    if not ar:
+        return []
+    times, tokens = cumulative(ar["events"])
+    return [charts.Series(AR_LABEL, times, tokens, baseline=True, note=note)]
+
+
+def _headline(metrics: dict, config: DecodeConfig, ar: dict | None, note: str) -> str:
+    if config.method == "ar":
+        return headline_html(Headline(1.0, metrics["tokens_per_s"], metrics["tokens_per_s"], 1.0, None, metrics["new_tokens"],
+                                      metrics["wall_s"], "this run is the autoregressive baseline"))
+    ar_tps = ar["metrics"]["tokens_per_s"] if ar else None
+    speed = metrics["tokens_per_s"] / ar_tps if ar_tps else None
+    return headline_html(Headline(speed, metrics["tokens_per_s"], ar_tps, metrics["mean_accept_len"],
+                                  metrics["accept_rate"] if metrics["drafted"] else None, metrics["new_tokens"], metrics["wall_s"], note))
+
+
+def _charts(live: Live, ar: dict | None, ar_note: str) -> tuple:
+    metrics = live.metrics()
+    race = charts.race_figure([live.series()] + _ar_series(ar, ar_note))
+    dyn = charts.dynamics_figure(charts.dynamics_from_events(live.builder.events, metrics, ar["metrics"] if ar else None))
+    return race, dyn
+
+
+def _measure_ar(models: Models, config: DecodeConfig, prompt: str, session: dict, when: str,
+                shown: list[charts.Series]) -> Iterator[tuple]:
+    """Stream the AR baseline (chart and status only); stores it in the session cache and returns it."""
+    cfg = ar_config(config)
+    run = prepare(cfg, prompt, models.bank)
+    live, last = Live(run, AR_LABEL), 0.0
+    for batch in stream_batches(run.events(), every_s=TOKENS_EVERY_S):
+        live.add(batch)
+        if time.perf_counter() - last >= CHARTS_EVERY_S:
+            last = time.perf_counter()
+            race = charts.race_figure(shown + [live.series(baseline=True, note=f"measuring {when}…")])
+            yield frame(status=status_html(f"Measuring the AR baseline {when} (same prompt and settings): "
+                                           f"{live.builder.new_tokens}/{cfg.max_new_tokens} tokens…", "busy"), race=race)
+    record = run_record(AR_LABEL, cfg, live.builder.events, run_to_result(run, live.events), measured=when,
+                        run=session["runs"])
+    put_baseline(session, baseline_key(config, prompt), record)
+    return record
+
+
+def _baseline_note(ar: dict | None, mode: str, method: str) -> str:
+    if method == "ar":
+        return "this run is the AR baseline"
+    if ar is None:
+        return "AR baseline skipped" if mode == BASELINE_SKIP else "measuring the AR baseline next"
+    if ar.get("reused"):
+        return f"AR measured at {ar['finished_at']} ({ar['measured']}), reused: same prompt and settings"
+    return f"AR measured {ar['measured']}, same prompt and settings"
+
+
+def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: str, session: dict) -> Iterator[tuple]:
+    """The Explore handler's body: load, (AR before), stream the run, (AR after), final numbers."""
+    if not prompt or not prompt.strip():
+        raise ConfigError("the prompt is empty: type a prompt or pick an example")
+    session["runs"] += 1
+    live_info = session["live"] = {"running": True, "tokens": 0, "run": session["runs"]}
+    if not models.is_loaded(config):
+        yield frame(status=status_html(LOADING_MESSAGE, "busy"))
+    run = prepare(config, prompt, models.bank)
+    models.mark_loaded(config)
+    key = baseline_key(config, prompt)
+    cached = get_baseline(session, key) if config.method == "sd" else None
+    ar = {**cached, "reused": True} if cached else None
+    cleared = dict(tokens="", table=step_table(), race=charts.empty_figure("waiting for the first step…"),
+                   dynamics=charts.empty_figure("waiting for the first step…", 600), headline="", session=session)
+    if ar is None and config.method == "sd" and baseline == BASELINE_BEFORE:
+        yield frame(status=status_html("Measuring the AR baseline first…", "busy"), **cleared)
+        ar = yield from _measure_ar(models, config, prompt, session, "before the run", [])
+        cleared.pop("race")
+    live = Live(run, run_label(config))
+    yield frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"), **cleared)
+    yield from _stream_main(live, config, ar, _baseline_note(ar, baseline, config.method), live_info)
+    result = run_to_result(run, live.events)
+    record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
+    if config.method == "ar":
+        put_baseline(session, key, {**record, "label": AR_LABEL, "measured": f"as Explore run #{session['runs']}"})
+    elif ar is None and baseline == BASELINE_AFTER:
+        ar = yield from _measure_ar(models, config, prompt, session, "after the run", [live.series()])
+    session["last"] = {**record, "ar": ar and {"metrics": ar["metrics"], "token_ids": ar["token_ids"]}}
+    live_info["running"] = False
+    yield _final_frame(live, config, ar, baseline, session, result)
+
+
+def _stream_main(live: Live, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
+    last_chart = 0.0
+    for batch in stream_batches(live.run.events(), every_s=TOKENS_EVERY_S):
+        live.add(batch)
+        live_info["tokens"] = live.builder.new_tokens
+        race = dyn = table = None
+        if time.perf_counter() - last_chart >= CHARTS_EVERY_S:  # charts and the table are the costly outputs: throttled
+            race, dyn = _charts(live, ar, note)
+            table = step_table(live.builder.rows)
+            last_chart = time.perf_counter()
+        done = f"{live.builder.new_tokens}/{config.max_new_tokens}"
+        status = status_html(f"Decoding: {live.label}: step {len(live.events)}, {done} tokens…", "busy")
+        yield frame(status=status, headline=_headline(live.metrics(), config, ar, note + " (so far)"), tokens=live.tokens_html,
+                    race=race, dynamics=dyn, table=table)
+
+
+def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: str, session: dict, result: dict) -> tuple:
+    note = _baseline_note(ar, baseline, config.method)
+    metrics = result["metrics"]
+    if ar is not None and config.method == "sd":
+        session["last"]["speedup"] = metrics["tokens_per_s"] / ar["metrics"]["tokens_per_s"]
+    same = ""
+    if ar is not None and config.method == "sd" and config.temperature == 0 and config.accept == "exact":
+        same = f" Output identical to the AR baseline: {'yes' if ar['token_ids'] == result['token_ids'] else 'no'}."
+    elif ar is not None and config.method == "sd" and config.accept == "exact":
+        same = " Sampling: exact speculative decoding matches AR in distribution, not token for token."
+    stop = "stopped at end-of-sequence" if metrics["new_tokens"] < config.max_new_tokens else "reached max new tokens"
+    message = (f"Done (run #{session['runs']}): {metrics['new_tokens']} tokens in {metrics['wall_s']:.2f} s, {stop}. "
+               f"{note[0].upper() + note[1:]}.{same}")
+    race, dyn = _charts(live, ar, note)
+    return frame(status=status_html(message, "ok"), headline=_headline(metrics, config, ar, note), tokens=live.tokens_html,
+                 race=race, dynamics=dyn, table=step_table(live.builder.rows), session=session)
+
+
+@gpu
+def explore_run(prompt: str, preset: str, method: str, draft: str, gamma: float, gamma_policy: str, accept: str,
+                judge_threshold: float, lenience: float, topk: float, chain: list[str], select: list[str], temperature: float,
+                top_p: float, seed: float, max_new_tokens: float, chat: bool, baseline: str, session: dict | None):
+    """Stream one run: status, headline, token spans, race chart, per-step charts, step table."""
+    session = ensure_session(session)
+
+    def frames() -> Iterator[tuple]:
+        config = make_config(preset=preset, method=method, draft=draft, gamma=gamma, gamma_policy=gamma_policy, accept=accept,
+                             judge_threshold=judge_threshold, lenience=lenience, topk=topk, chain=chain, select=select,
+                             temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, chat=chat)
+        yield from explore_frames(shared_models(), prompt, config, baseline or BASELINE_AFTER, session)
+
+    def on_error(message: str) -> tuple:
+        session["live"]["running"] = False
+        return frame(status=status_html(message, "error"), session=session)
+
+    yield from guarded(frames, on_error)
+
+
+def explore_stopped(session: dict | None) -> str:
+    """Status after Stop: what was kept (the cancelled generator cannot say it itself)."""
+    live = (session or {}).get("live") or {}
+    if not live.get("running") or live.get("kind", "explore") != "explore":
+        return gr.skip()
+    return status_html(f"Stopped after {live.get('tokens', 0)} tokens (run #{live.get('run')}); the partial run is kept, "
+                       "no AR baseline was measured for it.", "stopped")
+
+
+def build_explore_tab(session: gr.State) -> DecodeControls:
+    """The Explore tab's layout and events (inside a Blocks context)."""
+    rows, labels = example_prompts()
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(default_prompt(), lines=4, label="Prompt", elem_id="explore-prompt")
+            if rows:
+                gr.Examples(rows, [prompt], label="Example prompts (from the benchmark suites)", example_labels=labels, examples_per_page=6)
+            with gr.Row():
+                run_btn = gr.Button("Run", variant="primary", elem_id="explore-run")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="explore-stop")
+            baseline = gr.Radio([BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP], value=BASELINE_AFTER,
+                                label="AR baseline (same prompt and settings; reused from this session when already measured)",
+                                elem_id="explore-baseline")
+            status = gr.HTML(status_html("Pick a prompt and press Run.", "info"), label="Status", elem_id="explore-status")
+        with gr.Column(scale=2):
+            controls = decode_controls()
+            hint = gr.HTML("", elem_id="explore-hint")
+    headline = gr.HTML("", label="Headline numbers", elem_id="explore-headline")
+    gr.HTML(legend_html(), elem_id="explore-legend")
+    tokens = gr.HTML(PLACEHOLDER, label="Tokens", elem_id="explore-tokens", elem_classes=["sv-tokens", "sv-token-box"])
+    race = gr.Plot(charts.empty_figure("Press Run: tokens vs time, against the AR baseline"), label="Race against autoregressive decoding",
+                   elem_id="explore-race")
+    dynamics = gr.Plot(charts.empty_figure("Press Run: throughput, γ, acceptance by position, time split", 600), label="Per-step dynamics",
+                       elem_id="explore-dynamics")
+    table = gr.Dataframe(step_table(), label=f"Steps (reasons: {REASON_LEGEND})", interactive=False, max_height=320,
+                         elem_id="explore-steps", wrap=False)
+    wire_decode_controls(controls, hint)
+    event = run_btn.click(explore_run, [prompt, *controls.inputs(), baseline, session],
+                          [status, headline, tokens, race, dynamics, table, session],
+                          api_name="explore_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
+                          show_progress="hidden")
+    stop_btn.click(None, None, None, cancels=[event])
+    stop_btn.click(explore_stopped, session, status, api_visibility="private", queue=False)
+    return controls

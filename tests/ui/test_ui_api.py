@@ -1,0 +1,142 @@
+"""The app through its API (gradio_client against a launched server): streaming, errors, comparison and
+exports, the theory endpoint, and two sessions at once."""
+
+import csv
+import json
+import re
+import threading
+
+import pytest
+
+try:
+    from test_ui_render import unavailable_options
+except ImportError:  # tests/ui made a package
+    from .test_ui_render import unavailable_options
+
+SHORT = 16
+"""New tokens of the API tests' generations."""
+
+pytestmark = pytest.mark.slow
+
+PROMPT_A = "Write a python function that adds two numbers."
+PROMPT_B = "Name three colours of the rainbow."
+CONFIG_HEADERS = ["label", "method", "draft", "γ", "γ policy", "accept", "δ", "lenience", "top-k"]
+
+
+def explore(client, prompt, **kw):
+    args = {"prompt": prompt, "draft": "ngram", "max_new_tokens": SHORT, **kw}
+    job = client.submit(api_name="/explore_run", **args)
+    frames = list(job)
+    return frames, job.result()
+
+
+def visible_text(tokens_html: str) -> str:
+    """The generated text as shown: every span but the rejected / unchecked drafts, unescaped."""
+    import html
+
+    kept = re.findall(r'data-kind="(?!rejected|unchecked)[a-z]+" title="[^"]*">(.*?)</span>(?=<span class="sv-tok|$)', tokens_html)
+    return html.unescape("".join(re.sub(r'<span class="sv-nl">.</span>', "", k) for k in kept))
+
+
+def test_explore_streams_steps_then_races_against_ar(client):
+    frames, final = explore(client, PROMPT_A)
+    status, headline, tokens, race, dynamics, table = final
+    assert "Done (run #" in status and "AR measured after the run" in status
+    streaming = [f for f in frames if "Decoding" in str(f[0]) and 'class="sv-tok' in str(f[2])]
+    assert streaming, "token spans must appear while the run is still going"
+    assert "speedup vs AR" in headline and "×" in headline
+    assert len(table["data"]) >= 1 and table["headers"][0] == "step"
+    assert sum(row[5] for row in table["data"]) == SHORT
+    names = [t["name"] for t in json.loads(race["plot"])["data"]]
+    assert len(names) == 2 and any("AR" in n for n in names)
+    assert "Output identical to the AR baseline: yes" in status  # greedy + exact acceptance is lossless
+
+
+def test_errors_are_visible_and_the_app_keeps_serving(client):
+    cases = [
+        ({"prompt": ""}, "prompt is empty"),
+        ({"prompt": "hi", "draft": "nobody/no-such-model"}, "cannot load model"),
+        ({"prompt": "hi", "seed": -1}, "seed must be between"),
+        ({"prompt": "hi", "preset": "smollm2"}, "cannot load"),  # a hub preset while offline
+        *[({"prompt": "hi", **over}, "not yet available") for over in unavailable_options()[:2]],
+    ]
+    for args, message in cases:
+        _, final = explore(client, **{"max_new_tokens": SHORT, **args})
+        assert "sv-status-error" in final[0] and message in final[0], (args, final[0])
+    for args, message in [({"gamma": 1000}, "greater than maximum"), ({"max_new_tokens": 100000}, "greater than maximum"),
+                          ({"preset": "no-such-preset"}, "not in the list of choices")]:
+        with pytest.raises(Exception, match=message):  # gradio's own bounds check on the sliders, shown as an error toast
+            explore(client, "hi", **args)
+    _, final = explore(client, PROMPT_B, max_new_tokens=4, baseline="skip")
+    assert "Done" in final[0] and "AR baseline skipped" in final[0]
+
+
+def test_compare_two_configs_with_exports(client):
+    table = {"headers": CONFIG_HEADERS, "data": [["ngram γ=2", "sd", "ngram", 2, "fixed", "exact", 0.5, 1, 5],
+                                                 ["ngram γ=6", "sd", "ngram", 6, "fixed", "exact", 0.5, 1, 5]]}
+    status, columns, race, metrics, replay, csv_path, json_path = client.predict(
+        prompt=PROMPT_A, configs=table, max_new_tokens=8, api_name="/compare_run")
+    assert "Run order: autoregressive (AR baseline)#1 → ngram γ=2#1 → ngram γ=6#1" in status
+    assert columns.count('class="sv-col"') == 3
+    assert [r[0] for r in metrics["data"]] == ["autoregressive (AR baseline)", "ngram γ=2", "ngram γ=6"]
+    assert len(json.loads(race["plot"])["data"]) == 3
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert {r["config"] for r in rows} == {"autoregressive (AR baseline)", "ngram γ=2", "ngram γ=6"}
+    with open(json_path) as f:
+        data = json.load(f)
+    assert data["order"] == ["autoregressive (AR baseline)#1", "ngram γ=2#1", "ngram γ=6#1"] and len(data["runs"]) == 3
+    assert all(run["steps"] if "steps" in run else run["events"] for run in data["runs"])
+    replayed = client.predict(at_s=0.0, api_name="/compare_replay")
+    assert replayed.count('class="sv-col"') == 3 and "0 tokens at 0.00 s" in replayed
+
+
+def test_compare_rejects_bad_rows_visibly(client):
+    table = {"headers": CONFIG_HEADERS, "data": [["a", "sd", "ngram", 2, "fixed", "exact", 0.5, 1, 5],
+                                                 ["b", "sd", "ngram", 99, "fixed", "exact", 0.5, 1, 5]]}
+    status = client.predict(prompt=PROMPT_A, configs=table, max_new_tokens=8, api_name="/compare_run")[0]
+    assert "sv-status-error" in status and "configuration row 2 (b)" in status and "--gamma must be between" in status
+
+
+def test_explain_endpoint(client):
+    plot, numbers, theory = client.predict(alpha=0.8, c=0.05, gamma_max=10, api_name="/explain")
+    assert "best γ* =" in numbers and len(json.loads(plot["plot"])["data"]) >= 4
+    assert "Polybasic theory" in theory
+
+
+def test_two_sessions_never_see_each_others_runs(app_url):
+    from gradio_client import Client
+
+    a, b = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    results = {}
+
+    def go(name, client, prompt):
+        results[name] = explore(client, prompt, baseline="skip")
+
+    threads = [threading.Thread(target=go, args=("a", a, PROMPT_A)), threading.Thread(target=go, args=("b", b, PROMPT_B))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    text_a, text_b = (visible_text(results[k][1][2]) for k in "ab")
+    assert text_a and text_b and text_a != text_b
+    for name, text in (("a", text_a), ("b", text_b)):  # every streamed frame shows only that session's own tokens
+        for frame in results[name][0]:
+            if 'class="sv-tok' in str(frame[2]):
+                assert text.startswith(visible_text(frame[2]))
+    solo = Client(app_url, verbose=False)
+    assert visible_text(explore(solo, PROMPT_A, baseline="skip")[1][2]) == text_a  # greedy: the same as a run alone
+    # Per-session state: a's next run is its #2 and reuses nothing b measured; b's counter is its own.
+    _, final_b = explore(b, PROMPT_A, max_new_tokens=4, baseline="skip")
+    assert "(run #2)" in final_b[0]
+
+
+def test_ar_baseline_modes_and_session_cache(client):
+    prompt = "List three fruits."
+    _, ar = explore(client, prompt, method="ar", max_new_tokens=6)
+    assert "this run is the ar baseline" in ar[0].lower() and "1.00×" in ar[1]
+    _, sd = explore(client, prompt, max_new_tokens=6)
+    assert "reused" in sd[0]  # measured by the AR run above, in this session
+    frames, before = explore(client, "List three vegetables.", max_new_tokens=6, baseline="before the run")
+    assert "AR measured before the run" in before[0]
+    assert any("Measuring the AR baseline first" in str(f[0]) for f in frames)

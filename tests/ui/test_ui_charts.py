@@ -1,0 +1,75 @@
+"""Chart builders: every spec passes plotly's own validation, and the theory matches DESIGN §1.1."""
+
+import pickle
+
+import plotly.graph_objects as go
+import pytest
+
+from specviz.ui import charts
+from specviz.ui.explain import measured_from, summary_markdown, theory_html
+from specviz.ui.state import new_session
+
+
+def events(n=6):
+    return [{"step": i, "emitted_ids": [1] * (1 + i % 3), "total_ms": 40.0 + i, "elapsed_ms": 100.0 + 45 * i, "gamma": 4,
+             "draft_ids": [7] * (i % 5), "accepted": min(i % 3, i % 5)} for i in range(1, n + 1)]
+
+
+METRICS = {"per_position_accept": [0.8, 0.5, 0.2, 0.0], "prefill_ms": 90.0, "draft_ms": 2.0, "verify_ms": 260.0, "overhead_ms": 12.0,
+           "tokens_per_s": 30.0}
+
+
+def test_race_spec_is_valid_and_marks_the_baseline_without_colour_alone():
+    spec = charts.race_spec([charts.Series("sd", [0, 0.1, 0.2], [0, 3, 5]), charts.Series("AR", [0, 0.1, 0.2], [0, 1, 2], True)])
+    fig = go.Figure(spec)  # validates every property
+    assert [t.name for t in fig.data] == ["sd", "AR"]
+    assert fig.data[1].line.dash == "dash" and fig.data[0].line.dash == "solid"
+    assert pickle.loads(pickle.dumps(charts.race_figure([]))) is not None
+
+
+def test_dynamics_spec_is_valid_with_and_without_ar():
+    for ar in (None, {"tokens_per_s": 20.0, "prefill_ms": 90.0, "verify_ms": 400.0}):
+        d = charts.dynamics_from_events(events(), METRICS, ar)
+        fig = go.Figure(charts.dynamics_spec(d))
+        names = {t.name for t in fig.data}
+        assert {"accepted drafts", "drafted, not accepted", "γ chosen", "P(accept | drafted)", "draft", "verify", "overhead",
+                "prefill"} <= names
+        assert ("AR baseline tok/s" in names) == (ar is not None)
+    assert d.gammas == [4] * 6 and d.drafted == [1, 2, 3, 4, 0, 1] and d.tokens_per_s[0] == pytest.approx(2000 / 41)
+
+
+def test_theory_formula_matches_the_design():
+    assert charts.expected_tokens(0.5, 1) == pytest.approx(1.5)
+    assert charts.expected_tokens(1.0, 4) == 5
+    assert charts.speedup(0.8, 0.05, 4) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2))
+    for alpha in (0.1, 0.3, 0.6, 0.9):
+        for c in (0.02, 0.2, 0.5, 0.95):
+            assert (charts.best_gamma(alpha, c, 16) > 0) == (alpha > c)
+    go.Figure(charts.theory_spec(0.7, 0.05, 12, charts.Measured(0.6, 0.03, 4, 2.2, 1.4)))
+    go.Figure(charts.theory_spec(0.7, 0.05, 12, charts.Measured(0.6, 0.03, 4, 2.2, None)))
+    go.Figure(charts.empty_figure("waiting"))
+
+
+def test_explain_uses_only_real_measurements():
+    session = new_session()
+    assert measured_from(session) is None and "none yet" in summary_markdown(0.7, 0.05, 12, None)
+    assert "carries none" in theory_html(session)
+    session["last"] = {"config": {"method": "sd", "gamma": 4}, "run": 3, "speedup": 1.3, "theory": None,
+                       "events": [{"gamma": 4}, {"gamma": 0}],
+                       "metrics": {"drafted": 8, "accept_rate": 0.5, "draft_ms": 8.0, "verify_ms": 200.0, "target_forwards": 4,
+                                   "mean_accept_len": 2.0}}
+    m = measured_from(session)
+    assert (m.alpha, m.c, m.gamma, m.speedup) == (0.5, pytest.approx(0.02), 4, 1.3)
+    assert "run #3" in summary_markdown(0.7, 0.05, 12, m)
+    session["last"]["theory"] = {"levels": [1, 2]}
+    assert "Theory data of run #3" in theory_html(session)
+
+
+def test_explore_frames_pickle_for_zerogpu():
+    from specviz.ui.explore import frame, step_table
+
+    d = charts.dynamics_from_events(events(), METRICS)
+    value = frame(status="<b>x</b>", race=charts.race_figure([charts.Series("a", [0, 1], [0, 2])]), dynamics=charts.dynamics_figure(d),
+                  table=step_table([[1, "ngram", 4, "1 / 4", "✓✗··", 2, " hi", 0.1, 40.0, 1.0, 41.1, 0.2, ""]]), session=new_session())
+    restored = pickle.loads(pickle.dumps(value))
+    assert restored[0] == "<b>x</b>" and restored[1] == {"__type__": "update"} and len(restored) == 7
