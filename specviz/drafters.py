@@ -31,7 +31,8 @@ class Draft:
     def q_of_ids(self) -> list[float]:
         if self.q is None:
             return [1.0] * len(self.ids)
-        return self.q[torch.arange(len(self.ids)), torch.tensor(self.ids)].tolist()
+        rows = torch.arange(len(self.ids), device=self.q.device)
+        return self.q[rows, torch.tensor(self.ids, device=self.q.device)].tolist()
 
 
 class Drafter:

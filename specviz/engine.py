@@ -88,13 +88,13 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         p = sampler.probs(logits)
         verdict = rule.verify(draft, logits, p, sampler) if draft.ids else Verdict(0, int(sampler.pick(logits[0], p[0])), [])
         emitted = draft.ids[: verdict.accepted] + [verdict.next_token]
-        emitted_p = p[torch.arange(len(emitted)), torch.tensor(emitted)].tolist()
+        emitted_p = probs_at(p, emitted)
         stop_at = next((i for i, t in enumerate(emitted) if t in stop_ids), None)
         if stop_at is not None:
             emitted, emitted_p = emitted[: stop_at + 1], emitted_p[: stop_at + 1]
         tokens += emitted
         generated += len(emitted)
-        drafted_p = p[torch.arange(len(draft.ids)), torch.tensor(draft.ids, dtype=torch.long)].tolist() if draft.ids else []
+        drafted_p = probs_at(p, draft.ids)
         t3 = clock()
         event = StepEvent(
             step=step, drafter=draft.drafter, gamma=gamma, draft_ids=draft.ids, draft_q=draft.q_of_ids(),
@@ -108,6 +108,12 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         yield event
         if stop_at is not None:
             return
+
+
+def probs_at(p: torch.Tensor, ids: list[int]) -> list[float]:
+    """p[i, ids[i]] for each position i."""
+    rows = torch.arange(len(ids), device=p.device)
+    return p[rows, torch.tensor(ids, dtype=torch.long, device=p.device)].tolist()
 
 
 def _forward_seconds(models: list[CachedModel]) -> float:

@@ -1,7 +1,7 @@
 """Distil small draft models from the offline target.
 
-    python -m specviz.train data --prompts 3000 --out .cache/distill     # target answers + its top-k probs
-    python -m specviz.train fit --data .cache/distill --width 64 --layers 2 --out assets/models/smollm2-draft-s
+    python -m specviz.train data --prompts 3000      # target answers + top-k probs -> assets/distill/data
+    python -m specviz.train fit --width 64 --layers 2 --out assets/models/smollm2-draft-s
 
 Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
 problems, code tasks, and summaries of the target's own earlier answers) with a seeded RNG; the target
@@ -223,14 +223,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("data", help="generate the target's answers and top-k probabilities")
-    d.add_argument("--out", type=Path, default=Path(".cache/distill"))
+    d.add_argument("--out", type=Path, default=ASSETS / "distill" / "data")
     d.add_argument("--prompts", type=int, default=3000)
     d.add_argument("--batch", type=int, default=32)
     d.add_argument("--max-new-tokens", type=int, default=160)
     d.add_argument("--topk", type=int, default=8)
     d.add_argument("--seed", type=int, default=0)
     f = sub.add_parser("fit", help="train one draft on the generated data")
-    f.add_argument("--data", type=Path, default=Path(".cache/distill"))
+    f.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
     f.add_argument("--out", type=Path, required=True)
     f.add_argument("--width", type=int, default=64)
     f.add_argument("--layers", type=int, default=2)
