@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,24 +126,31 @@ def _gguf_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+_CONVERT_LOCK = threading.Lock()
+
+
 def converted_gguf_dir() -> Path:
     """Dequantize the bundled GGUF once into a plain safetensors HF directory and return it."""
     out = cache_dir() / "smollm2-135m-instruct"
-    if (out / "config.json").exists() and (out / "model.safetensors").exists():
-        return out
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    with _CONVERT_LOCK:
+        if (out / "config.json").exists() and (out / "model.safetensors").exists():
+            return out
+        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    src = _gguf_dir()
-    gguf = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
-    config = gguf.config.to_dict()
-    config.pop("quantization_config", None)
-    plain = LlamaForCausalLM(LlamaConfig.from_dict(config))
-    plain.load_state_dict(gguf.state_dict())
-    tmp = out.with_suffix(".tmp")
-    plain.save_pretrained(tmp)
-    AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE).save_pretrained(tmp)
-    tmp.rename(out)
-    return out
+        src = _gguf_dir()
+        gguf = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+        config = gguf.config.to_dict()
+        config.pop("quantization_config", None)
+        plain = LlamaForCausalLM(LlamaConfig.from_dict(config))
+        plain.load_state_dict(gguf.state_dict())
+        tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"  # another process may be converting too
+        plain.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE).save_pretrained(tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # the other process won: keep its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+        return out
 
 
 def model_dir_or_id(source: str) -> str:
