@@ -1,5 +1,11 @@
 """Lossless on the real offline target: every suite prompt, every drafter, γ ∈ {1, 3, 6}, 64 new tokens,
-token for token the same as transformers' greedy generate (and so is the AR baseline)."""
+token for token the same as transformers' greedy generate (and so is the AR baseline).
+
+By default each prompt runs every drafter at one γ, rotating through {1, 3, 6} over the suite so that every
+(drafter, γ) pair meets 16 prompts and CI stays well inside its time; SPECVIZ_FULL_EXACTNESS=1 runs every γ
+on every prompt (about 45 minutes on 2 cores)."""
+
+import os
 
 import pytest
 import torch
@@ -22,13 +28,17 @@ def generate_reference(run) -> list[int]:
     return out[0, ids.shape[1]:].tolist()
 
 
-@pytest.mark.parametrize("item", load_suite("all"), ids=lambda item: item["id"])
-def test_all_methods_match_generate(bank, item):
+GAMMAS = (1, 3, 6)
+FULL = os.environ.get("SPECVIZ_FULL_EXACTNESS") == "1"
+
+
+@pytest.mark.parametrize("index, item", list(enumerate(load_suite("all"))), ids=lambda x: x["id"] if isinstance(x, dict) else "")
+def test_all_methods_match_generate(bank, index, item):
     ar = prepare(DecodeConfig(method="ar", max_new_tokens=N), item["prompt"], bank)
     reference = generate_reference(ar)
     outputs = {"ar": [t for e in ar.events() for t in e.emitted_ids]}
-    for draft in DRAFTS:
-        for gamma in (1, 3, 6):
+    for d, draft in enumerate(DRAFTS):
+        for gamma in GAMMAS if FULL else [GAMMAS[(index + d) % len(GAMMAS)]]:
             run = prepare(DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=N), item["prompt"], bank)
             outputs[f"{draft} γ={gamma}"] = [t for e in run.events() for t in e.emitted_ids]
     assert {name: out for name, out in outputs.items() if out != reference} == {}
