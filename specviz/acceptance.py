@@ -2,7 +2,10 @@
 
 Every rule returns a :class:`Verdict`. The exact rule is lossless: greedy keeps drafts equal to the
 target's argmax; sampling is Leviathan et al.'s rule with the residual ``norm(max(0, p − q))`` and a
-bonus token drawn from ``p_{γ+1}`` when everything was accepted.
+bonus token drawn from ``p_{γ+1}`` when everything was accepted. The relaxed rules (judge, lenient,
+top-k) keep a token when the exact rule accepts it **or** their own criterion does, then finish the
+step exactly as the exact rule would — so with the criterion switched off they reproduce it token for
+token, random draws included.
 """
 
 from __future__ import annotations
@@ -39,31 +42,102 @@ def one_hot_rows(ids: list[int], vocab: int, device: torch.device) -> torch.Tens
     return q
 
 
+@dataclass
+class Checked:
+    """What a rule sees for the γ drafted positions: ids, target logits and p, the draft's q and the
+    uniform draws of the exact test (both None when greedy), the target's pre-norm states (γ + 1 rows)."""
+
+    ids: torch.Tensor
+    logits: torch.Tensor
+    p: torch.Tensor
+    q: torch.Tensor | None
+    u: torch.Tensor | None
+    states: torch.Tensor | None
+
+    def px_qx(self) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.arange(len(self.ids), device=self.ids.device)
+        return self.p[rows, self.ids], self.q[rows, self.ids]
+
+
 class ExactRule:
-    """Standard (lossless) speculative verification."""
+    """Standard (lossless) speculative verification; subclasses add a criterion in :meth:`relaxed`."""
 
     name = "exact"
+    needs_states = False
 
-    def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler) -> Verdict:
+    def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
+               states: torch.Tensor | None = None) -> Verdict:
+        if not draft.ids:
+            return Verdict(0, int(sampler.pick(logits[0], p[0])), [])
         gamma = len(draft.ids)
         ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)
+        best = logits.argmax(-1)
         if sampler.greedy:
-            best = logits.argmax(-1)
-            n = first_false(ids == best[:gamma])
-            return Verdict(n, int(best[n]), reasons_for(n, gamma))
-        q = draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device)
-        n = first_false(leviathan_accepts(ids, p[:gamma], q, sampler))
-        if n == gamma:
-            return Verdict(n, int(sampler.draw(p[gamma])), reasons_for(n, gamma))
-        return Verdict(n, int(sampler.draw(residual(p[n], q[n]))), reasons_for(n, gamma))
+            c = Checked(ids, logits[:gamma], p[:gamma], None, None, states)
+            exact = ids == best[:gamma]
+        else:
+            q = draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device)
+            c = Checked(ids, logits[:gamma], p[:gamma], q, sampler.uniform(gamma, p.device), states)
+            px, qx = c.px_qx()
+            exact = c.u * qx < px
+        extra, scores = self.relaxed(c)
+        n = first_false(exact | extra)
+        kept = [ACCEPTED if bool(exact[i]) else self.name for i in range(n)]
+        if sampler.greedy:
+            nxt = best[n]
+        else:
+            nxt = sampler.draw(p[gamma] if n == gamma else residual(p[n], c.q[n]))
+        return Verdict(n, int(nxt), reasons_for(n, gamma, kept), scores)
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float] | None]:
+        """Acceptances beyond the exact rule (none here), and the judge scores if the rule has any."""
+        return torch.zeros_like(c.ids, dtype=torch.bool), None
 
 
-def leviathan_accepts(ids: torch.Tensor, p: torch.Tensor, q: torch.Tensor, sampler: Sampler,
-                      lenience: float = 1.0) -> torch.Tensor:
-    """Accept x_i with probability min(1, p_i(x_i) / (l · q_i(x_i))); l = 1 is the exact rule."""
-    rows = torch.arange(len(ids), device=ids.device)
-    px, qx = p[rows, ids], q[rows, ids]
-    return sampler.uniform(len(ids), p.device) * qx * lenience < px
+class LenientRule(ExactRule):
+    """Leviathan's lenience l ∈ (0, 1]: sampling accepts with min(1, p/(l·q)) (same draw as the exact
+    test); greedy accepts a draft whose target probability is ≥ l × the top one. l = 1 is exact."""
+
+    name = "lenient"
+
+    def __init__(self, lenience: float):
+        self.lenience = lenience
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
+        if c.u is None:
+            rows = torch.arange(len(c.ids), device=c.ids.device)
+            return c.p[rows, c.ids] >= self.lenience * c.p.max(-1).values, None
+        px, qx = c.px_qx()
+        return c.u * qx * self.lenience < px, None
+
+
+class TopKRule(ExactRule):
+    """Accept a draft token that is among the target's k most likely tokens."""
+
+    name = "topk"
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
+        top = c.logits.topk(min(self.k, c.logits.shape[-1]), dim=-1).indices
+        return (top == c.ids[:, None]).any(-1), None
+
+
+class JudgeRule(ExactRule):
+    """Judge decoding: accept a draft token whose judge score (a linear head on the target's pre-norm
+    state at the position whose input is that token) exceeds δ; δ = 1 is the exact rule."""
+
+    name = "judge"
+    needs_states = True
+
+    def __init__(self, head, threshold: float):
+        self.head, self.threshold = head, threshold
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float]]:
+        # states[0] is the last committed token's; states[i + 1] has draft token i as its input
+        scores = self.head.score(c.states[1: len(c.ids) + 1]).to(c.ids.device)
+        return scores > self.threshold, scores.tolist()
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

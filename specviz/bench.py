@@ -20,6 +20,7 @@ from .models import ASSETS, NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
 from .policies import History, record_of
 from .predictor import AcceptancePredictor, fit_weights, prompt_features
 from .runner import ModelBank, prepare
+from .theory import insertion_helps, run_theory
 from .train import build_instructions
 
 PROMPTS = ASSETS / "prompts"
@@ -75,13 +76,33 @@ def policy_configs(max_new_tokens: int, draft: str = "draft-s") -> list[BenchCon
             BenchConfig("online draft-m", sd("online", name="draft-m")), BenchConfig("online ngram", sd("online", name="ngram"))]
 
 
-CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs}
+def chain_configs(max_new_tokens: int, mu: int = 4, level_gamma: int = 3) -> list[BenchConfig]:
+    """AR, plain SD with each draft, and 3- and 4-level chains; ``extra["base"]`` names the row the chain
+    extends by one inserted level, for Theorem 3.2's verdict."""
+    def sd(draft: str) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, gamma=mu, max_new_tokens=max_new_tokens)
+
+    def chain(*names: str) -> DecodeConfig:
+        return DecodeConfig(method="sd", chain=list(names), gamma=mu, level_gamma=level_gamma, max_new_tokens=max_new_tokens)
+
+    return [
+        BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+        BenchConfig("ngram", sd("ngram")), BenchConfig("draft-s", sd("draft-s")), BenchConfig("draft-m", sd("draft-m")),
+        BenchConfig("ngram→draft-s", chain("ngram", "draft-s"), extra={"base": "ngram"}),
+        BenchConfig("ngram→draft-m", chain("ngram", "draft-m"), extra={"base": "ngram"}),
+        BenchConfig("draft-s→draft-m", chain("draft-s", "draft-m"), extra={"base": "draft-s"}),
+        BenchConfig("ngram→draft-s→draft-m", chain("ngram", "draft-s", "draft-m"), extra={"base": "ngram→draft-s"}),
+    ]
+
+
+CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs,
+                                                              "chains": chain_configs}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
     run = prepare(cfg.decode, prompt, bank)
     events = list(run.events())
-    return {**summarize(events), "token_ids": [t for e in events for t in e.emitted_ids]}
+    return {**summarize(events), "token_ids": [t for e in events for t in e.emitted_ids], "theory": run_theory(events)}
 
 
 @torch.inference_mode()
@@ -129,6 +150,7 @@ def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens
                 "overhead_ms": round(r.get("overhead_ms", 0.0), 2),
                 "engine_overhead_frac": round(r.get("engine_overhead_frac", float("nan")), 4),
                 "per_position_accept": json.dumps([round(x, 3) for x in r.get("per_position_accept", [])]),
+                **theory_columns(r.get("theory")),
             })
         print(f"[{i + 1}/{len(prompts)}] {item['id']}: " + ", ".join(
             f"{c.label} {results[c.label]['tokens_per_s']:.1f}" for c in configs), flush=True)
@@ -160,6 +182,64 @@ def fit_predictor(n_prompts: int = 25, max_new_tokens: int = 48, gamma: int = 4)
     predictor = AcceptancePredictor(weights, meta)
     predictor.save()
     return predictor
+
+
+def theory_columns(theory: dict | None) -> dict:
+    """Lemma 3.1's prediction and the per-level T_i (ms) and L_i of one run, for the CSV."""
+    if not theory:
+        return {"predicted_tokens_per_s": float("nan"), "decode_tokens_per_s": float("nan"), "levels": "[]"}
+    levels = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in lv.items()} for lv in theory["levels"]]
+    return {"predicted_tokens_per_s": round(theory["predicted_tokens_per_s"] or float("nan"), 3),
+            "decode_tokens_per_s": round(theory["measured_tokens_per_s"] or float("nan"), 3), "levels": json.dumps(levels)}
+
+
+def theory_table(rows: list[dict], labels: list[str]) -> list[dict]:
+    """Per configuration: Lemma 3.1's predicted against the measured decode tok/s, and the mean T_i / L_i."""
+    out = []
+    for label in labels:
+        rs = [r for r in rows if r["config"] == label]
+        levels = [json.loads(r["levels"]) for r in rs]
+        names = [lv["name"] for lv in levels[0]]
+        cells = []
+        for i, name in enumerate(names):
+            t = statistics.mean(lvs[i]["T_ms"] for lvs in levels)
+            ell = [lvs[i].get("L") for lvs in levels if lvs[i].get("L") is not None]
+            rest = f"L={statistics.mean(ell):.2f}" if ell else f"β={statistics.mean(lvs[i]['beta'] for lvs in levels):.1f}"
+            cells.append(f"{name}: T={t:.1f} ms, {rest}")
+        errors = [r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] - 1 for r in rs]
+        out.append({"config": label, "levels (mean T_i, L_i)": "; ".join(cells),
+                    "predicted tok/s": statistics.median(r["predicted_tokens_per_s"] for r in rs),
+                    "measured decode tok/s": statistics.median(r["decode_tokens_per_s"] for r in rs),
+                    "median error %": 100 * statistics.median(errors), "max abs error %": 100 * max(abs(e) for e in errors)})
+    return out
+
+
+def insertion_table(rows: list[dict], configs: list[BenchConfig]) -> list[dict]:
+    """Theorem 3.2 for every chain that extends a base row by one level: the verdict from mean T / L
+    against the measured sign (median per-prompt tok/s ratio)."""
+    out = []
+    for cfg in configs:
+        base = cfg.extra.get("base")
+        if not base:
+            continue
+        new_rows = [r for r in rows if r["config"] == cfg.label]
+        base_rows = {r["prompt_id"]: r for r in rows if r["config"] == base}
+        new_levels = [json.loads(r["levels"]) for r in new_rows]
+        base_names = [lv["name"] for lv in json.loads(next(iter(base_rows.values()))["levels"])]
+        names = [lv["name"] for lv in new_levels[0]]
+        i = next(k for k, name in enumerate(names) if name not in base_names)  # the inserted level
+        mean = lambda key, k, lvs: statistics.mean(x[k][key] for x in lvs)  # noqa: E731
+        l_before = statistics.mean(json.loads(base_rows[r["prompt_id"]]["levels"])[i - 1]["L"] for r in new_rows)
+        t_new, t_i = mean("T_ms", i, new_levels), mean("T_ms", i - 1, new_levels)
+        l_new, l_after = mean("L", i, new_levels), mean("L", i - 1, new_levels)
+        helps = insertion_helps(t_new, t_i, l_new, l_before, l_after)
+        ratio = statistics.median(r["tokens_per_s"] / base_rows[r["prompt_id"]]["tokens_per_s"] for r in new_rows)
+        out.append({"insertion": f"{names[i]} below {names[i - 1]} ({base} → {cfg.label})", "T_new/T_i": t_new / t_i,
+                    "L_new": l_new, "L_i before": l_before, "L_i after": l_after,
+                    "rhs L_new(1/L_i − 1/L_i′)": l_new * (1 / l_before - 1 / l_after),
+                    "Theorem 3.2 says": "helps" if helps else "hurts", "measured tok/s ratio": ratio,
+                    "agrees": "yes" if helps == (ratio > 1) else "NO"})
+    return out
 
 
 def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:
@@ -207,6 +287,12 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
              f"{len(rows) // len(labels)} prompts, configurations interleaved per prompt (rotated order) after a warm-up.",
              "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
              "## Overall", "", markdown(summary_table(rows, labels)), ""]
+    if any(c.decode.chain for c in configs):
+        parts += ["## Theory (Lemma 3.1) against measurement", "",
+                  "Predicted tok/s from each run's own per-forward times T_i and acceptance lengths L_i; measured = "
+                  "decode tok/s of the same run (prefill excluded on both sides).", "",
+                  markdown(theory_table(rows, labels)), "", "## Insertions (Theorem 3.2)", "",
+                  markdown(insertion_table(rows, configs)), ""]
     for cat in categories:
         parts += [f"## {cat}", "", markdown(summary_table([r for r in rows if r["category"] == cat], labels)), ""]
     out.with_suffix(".md").write_text("\n".join(parts))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import torch
 
+from .hidden import capture_prenorm
 from .models import LoadedModel
 
 
@@ -26,6 +28,7 @@ class CachedModel:
         self.ids: list[int] = []
         self.forwards = 0
         self.forward_s = 0.0
+        self.prenorm: torch.Tensor | None = None
         self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
 
     def _common_prefix(self, tokens: list[int]) -> int:
@@ -40,15 +43,18 @@ class CachedModel:
             del self.ids[n:]
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int], keep: int = 1) -> torch.Tensor:
-        """Logits (keep, vocab) for the last ``keep`` positions of ``tokens``."""
+    def forward(self, tokens: list[int], keep: int = 1, capture: bool = False) -> torch.Tensor:
+        """Logits (keep, vocab) for the last ``keep`` positions of ``tokens``; with ``capture``, their
+        pre-final-norm hidden states are left in ``self.prenorm`` (keep, hidden)."""
         self._crop_to(min(self._common_prefix(tokens), len(tokens) - keep))
         n = len(self.ids)
         new = tokens[n:]
         ids = torch.tensor([new], device=self.lm.device)
         start = time.perf_counter()
-        out = self.lm.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        with capture_prenorm(self.lm.model) if capture else nullcontext() as slot:
+            out = self.lm.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         self._sync()
+        self.prenorm = slot["states"][0, -keep:] if capture else None
         self.forward_s += time.perf_counter() - start
         self.ids.extend(new)
         self.forwards += 1

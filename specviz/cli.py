@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import judge_cli
 from .config import ConfigError, DecodeConfig
 from .models import OFFLINE_PRESET, ModelLoadError
 
@@ -30,6 +31,7 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default=None, help="ar | sd (default sd)")
     p.add_argument("--draft", default=None, help="draft name of the preset, 'ngram', a hub id or a local dir")
     p.add_argument("--chain", type=_names, default=[], help="polybasic chain, fastest first (target implied last)")
+    p.add_argument("--level-gamma", type=int, default=d.level_gamma, help="draft length of each lower chain level")
     p.add_argument("--select", type=_names, default=[], help="drafts to choose from per step")
     p.add_argument("--gamma", type=int, default=d.gamma, help="draft length (fixed or initial)")
     p.add_argument("--gamma-policy", default=d.gamma_policy)
@@ -46,7 +48,7 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(a: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig(
-        preset=a.preset, method=a.method or "sd", draft=a.draft, chain=a.chain, select=a.select, gamma=a.gamma,
+        preset=a.preset, method=a.method or "sd", draft=a.draft, chain=a.chain, level_gamma=a.level_gamma, select=a.select, gamma=a.gamma,
         gamma_policy=a.gamma_policy, accept=a.accept, judge_threshold=a.judge_threshold, lenience=a.lenience,
         topk=a.topk, temperature=a.temperature, top_p=a.top_p, seed=a.seed, max_new_tokens=a.max_new_tokens,
         chat=not a.no_chat,
@@ -64,10 +66,17 @@ def build_parser() -> Parser:
     g.add_argument("--json", action="store_true", help="print the full JSON result")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
     b.add_argument("--suite", default="all", help="'all' or comma-separated categories")
-    b.add_argument("--configs", default="standard", help="benchmark set: standard | quick")
+    b.add_argument("--configs", default="standard", help="benchmark set: standard | policies | chains")
     b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
     b.add_argument("--max-new-tokens", type=int, default=96)
     b.add_argument("--out", type=Path, default=Path("results/bench"))
+    judge_cli.register(sub)
+    c = sub.add_parser("chain-advisor", help="measure the preset's models, rank chains by Lemma 3.1, run the best")
+    c.add_argument("--preset", default=OFFLINE_PRESET)
+    c.add_argument("--prompts", type=int, default=3, help="prompts to measure on (one per category)")
+    c.add_argument("--gamma", type=int, default=4, help="draft length of every level")
+    c.add_argument("--max-new-tokens", type=int, default=48)
+    c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run")
     f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")
     f.add_argument("--prompts", type=int, default=25)
     return ap
@@ -112,10 +121,21 @@ def cmd_fit_predictor(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chain_advisor(a: argparse.Namespace) -> int:
+    from .advisor import advise, format_rows
+
+    if not (1 <= a.prompts <= 6 and 1 <= a.gamma <= 16 and 1 <= a.max_new_tokens <= 512 and a.top >= 1):
+        raise ConfigError("chain-advisor needs 1 <= --prompts <= 6, 1 <= --gamma <= 16, 1 <= --max-new-tokens <= 512, --top >= 1")
+    print(format_rows(advise(a.preset, a.prompts, a.gamma, a.max_new_tokens, a.top)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a = build_parser().parse_args(argv)
-        return {"generate": cmd_generate, "bench": cmd_bench, "fit-predictor": cmd_fit_predictor}[a.command](a)
+        commands = {"generate": cmd_generate, "bench": cmd_bench, "fit-predictor": cmd_fit_predictor, "judge": judge_cli.run,
+                    "chain-advisor": cmd_chain_advisor}
+        return commands[a.command](a)
     except (UsageError, ConfigError, ModelLoadError) as exc:
         print(f"specviz: error: {exc}", file=sys.stderr)
         return 2

@@ -8,9 +8,9 @@ from .models import OFFLINE_PRESET
 
 METHODS = ("ar", "sd")
 GAMMA_POLICIES = ("fixed", "fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
-ACCEPT_RULES = ("exact",)
-FUTURE_ACCEPT_RULES = ("judge", "lenient", "topk")
+ACCEPT_RULES = ("exact", "judge", "lenient", "topk")
 MAX_GAMMA = 32
+MAX_TOPK = 1000
 MAX_NEW_TOKENS = 4096
 
 
@@ -26,6 +26,7 @@ class DecodeConfig:
     method: str = "sd"
     draft: str | None = None
     chain: list[str] = field(default_factory=list)
+    level_gamma: int = 4
     select: list[str] = field(default_factory=list)
     gamma: int = 4
     gamma_policy: str = "fixed"
@@ -50,22 +51,37 @@ class DecodeConfig:
             raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-        _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES, ())
-        _check_choice("--accept", self.accept, ACCEPT_RULES, FUTURE_ACCEPT_RULES)
-        if self.chain:
-            raise ConfigError("--chain (polybasic decoding) is not yet available")
+        _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES)
+        _check_choice("--accept", self.accept, ACCEPT_RULES)
+        if not 0 <= self.judge_threshold <= 1:
+            raise ConfigError(f"--judge-threshold must be in [0, 1], got {self.judge_threshold}")
+        if not 0 < self.lenience <= 1:
+            raise ConfigError(f"--lenience must be in (0, 1], got {self.lenience}")
+        if not 1 <= self.topk <= MAX_TOPK:
+            raise ConfigError(f"--topk must be between 1 and {MAX_TOPK}, got {self.topk}")
+        self._validate_chain()
         if self.select and (self.method != "sd" or self.draft):
             raise ConfigError("--select chooses the draft per step: use it with --method sd and without --draft")
         if len(set(self.select)) != len(self.select) or len(self.select) == 1:
             raise ConfigError("--select needs at least two different drafts")
         return self
 
+    def _validate_chain(self) -> None:
+        if not 1 <= self.level_gamma <= MAX_GAMMA:
+            raise ConfigError(f"--level-gamma must be between 1 and {MAX_GAMMA}, got {self.level_gamma}")
+        if not self.chain:
+            return
+        if self.method != "sd" or self.draft or self.select:
+            raise ConfigError("--chain replaces the draft: use it with --method sd and without --draft or --select")
+        if len(self.chain) < 2 or len(set(self.chain)) != len(self.chain):
+            raise ConfigError("--chain needs at least two different models, fastest first (the target verifies last)")
+        if "ngram" in self.chain[1:]:
+            raise ConfigError("--chain: the n-gram drafter can only be the first (fastest) level: it cannot verify")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _check_choice(option: str, value: str, available: tuple[str, ...], future: tuple[str, ...]) -> None:
-    if value in future:
-        raise ConfigError(f"{option} {value} is not yet available (available: {', '.join(available)})")
+def _check_choice(option: str, value: str, available: tuple[str, ...]) -> None:
     if value not in available:
         raise ConfigError(f"{option} must be one of {', '.join(available)}, got '{value}'")

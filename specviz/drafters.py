@@ -7,8 +7,9 @@ several branches; the linear ``Draft`` is its single-branch case.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,17 +23,25 @@ StopRule = Callable[[torch.Tensor], bool]
 @dataclass
 class Draft:
     """Proposed ids; ``q`` (γ, vocab) holds the distribution each was drawn from, None for a
-    deterministic proposal (q is one-hot at the proposed id)."""
+    deterministic proposal (q is one-hot at the proposed id). ``extra`` carries drafter-specific
+    details into the StepEvent (a chain's per-level work)."""
 
     ids: list[int]
     q: torch.Tensor | None
     drafter: str
+    extra: dict = field(default_factory=dict)
 
     def q_of_ids(self) -> list[float]:
         if self.q is None:
             return [1.0] * len(self.ids)
         rows = torch.arange(len(self.ids), device=self.q.device)
         return self.q[rows, torch.tensor(self.ids, device=self.q.device)].tolist()
+
+
+def level_record(name: str, role: str, passes: int = 0, ms: float = 0.0) -> dict:
+    """One level's work in one proposal: forwards (or lookups), milliseconds and, for a verifying
+    level of a chain, one (drafted, passed up) pair per verification."""
+    return {"name": name, "role": role, "passes": passes, "ms": ms, "verifications": []}
 
 
 class Drafter:
@@ -47,6 +56,10 @@ class Drafter:
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
 
+    def blank_levels(self) -> list[dict]:
+        """Empty per-level work records, top first, in the shape ``propose`` reports them."""
+        return [level_record(self.name, "draft")]
+
 
 class ModelDrafter(Drafter):
     """Drafts autoregressively with a small causal LM that shares the target's token ids."""
@@ -57,7 +70,7 @@ class ModelDrafter(Drafter):
         self.name = model.name
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        seq, qs = list(tokens), []
+        seq, qs, start, forwards = list(tokens), [], time.perf_counter(), self.model.forwards
         for _ in range(gamma):
             logits = self.model.forward(seq, keep=1)[0]
             q = sampler.probs(logits)
@@ -65,8 +78,8 @@ class ModelDrafter(Drafter):
                 break
             seq.append(int(sampler.pick(logits, q)))
             qs.append(q)
-        drafted = seq[len(tokens):]
-        return Draft(drafted, torch.stack(qs) if qs else None, self.name)
+        work = level_record(self.name, "draft", self.model.forwards - forwards, 1e3 * (time.perf_counter() - start))
+        return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, {"levels": [work]})
 
     def prefill(self, tokens: list[int]) -> None:
         self.model.prefill(tokens)
@@ -82,7 +95,9 @@ class NGramDrafter(Drafter):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        return Draft(lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram), None, self.name)
+        start = time.perf_counter()
+        ids = lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram)
+        return Draft(ids, None, self.name, {"levels": [level_record(self.name, "draft", 1, 1e3 * (time.perf_counter() - start))]})
 
 
 def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int = 1) -> list[int]:

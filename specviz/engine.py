@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .acceptance import ExactRule, Verdict
+from .acceptance import ExactRule
 from .cache import CachedModel
 from .drafters import Draft, Drafter
 from .policies import FirstDraft, LengthPolicy
@@ -83,10 +83,10 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         name = drafter.name if drafter else "target"
         draft = drafter.propose(tokens, gamma, sampler, policy.stop_rule) if gamma > 0 else Draft([], None, name)
         t1 = clock()
-        logits = target.forward(tokens + draft.ids, keep=len(draft.ids) + 1)
+        logits = target.forward(tokens + draft.ids, keep=len(draft.ids) + 1, capture=rule.needs_states and bool(draft.ids))
         t2 = clock()
         p = sampler.probs(logits)
-        verdict = rule.verify(draft, logits, p, sampler) if draft.ids else Verdict(0, int(sampler.pick(logits[0], p[0])), [])
+        verdict = rule.verify(draft, logits, p, sampler, target.prenorm)
         emitted = draft.ids[: verdict.accepted] + [verdict.next_token]
         emitted_p = probs_at(p, emitted)
         stop_at = next((i for i, t in enumerate(emitted) if t in stop_ids), None)
@@ -102,6 +102,7 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
             accept_reasons=verdict.reasons, judge_scores=verdict.judge_scores,
             draft_ms=1e3 * (t1 - t0), verify_ms=1e3 * (t2 - t1), overhead_ms=1e3 * (t3 - t2), total_ms=1e3 * (t3 - t0),
             forward_ms=1e3 * (_forward_seconds(models) - fwd0), elapsed_ms=1e3 * (t3 - start), policy=why,
+            extra=draft.extra,
         )
         policy.observe(event)
         selector.observe(event)

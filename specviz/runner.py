@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .acceptance import ExactRule
+from .acceptance import ExactRule, JudgeRule, LenientRule, TopKRule
 from .cache import CachedModel
+from .chain import build_chain
 from .config import ConfigError, DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .engine import StepEvent, decode
@@ -27,6 +28,7 @@ from .models import (
 from .policies import FirstDraft, OnlineSelector, make_policy
 from .predictor import AcceptancePredictor
 from .sampling import Sampler
+from .theory import run_theory
 
 
 class ModelBank:
@@ -61,13 +63,14 @@ class PreparedRun:
     drafters: list[Drafter]
     sampler: Sampler
     stop_ids: list[int]
+    rule: ExactRule
 
     def events(self) -> Iterator[StepEvent]:
         selector = FirstDraft()
         if len(self.drafters) > 1:
             predictor = AcceptancePredictor.load()
             selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
-        return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=ExactRule(),
+        return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
                       policy=make_policy(self.config.gamma_policy, self.config.gamma), selector=selector, sampler=self.sampler,
                       max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)
 
@@ -93,7 +96,8 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
     preset = resolve_preset(config.preset)
-    draft_names = (config.select or [config.draft or next(iter(preset.drafts), NGRAM_DRAFT)]) if config.method == "sd" else []
+    default_draft = config.draft or next(iter(preset.drafts), NGRAM_DRAFT)
+    draft_names = (config.chain or config.select or [default_draft]) if config.method == "sd" else []
     draft_sources = [(name, resolve_draft(preset, name)) for name in draft_names]
     tokenizer = bank.tokenizer(preset.target)
     target = bank.model(preset.target, preset.target.rsplit("/", 1)[-1])
@@ -109,8 +113,25 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
     vocab = shared_vocab_size(target, *draft_models.values())
     drafters = [ModelDrafter(CachedModel(draft_models[name], vocab)) if name in draft_models else NGramDrafter()
                 for name, _ in draft_sources]
+    if config.chain:
+        drafters = [build_chain(drafters[0], [d.model for d in drafters[1:]], config.level_gamma)]
     sampler = Sampler(config.temperature, config.top_p, config.seed, target.device)
-    return PreparedRun(config, tokenizer, prompt_ids, CachedModel(target, vocab), drafters, sampler, stop_ids_of(target, tokenizer))
+    return PreparedRun(config, tokenizer, prompt_ids, CachedModel(target, vocab), drafters, sampler, stop_ids_of(target, tokenizer),
+                       make_rule(config, target))
+
+
+def make_rule(config: DecodeConfig, target: LoadedModel) -> ExactRule:
+    """The acceptance rule by name; the judge head is the one trained for this target."""
+    if config.accept == "judge":
+        from .judge import JudgeHead, default_head_path
+
+        head = JudgeHead.load(default_head_path(target.name), target.name, target.model.config.hidden_size)
+        return JudgeRule(head, config.judge_threshold)
+    if config.accept == "lenient":
+        return LenientRule(config.lenience)
+    if config.accept == "topk":
+        return TopKRule(config.topk)
+    return ExactRule()
 
 
 def run_to_result(run: PreparedRun, events: list[StepEvent] | None = None) -> dict:
@@ -123,5 +144,5 @@ def run_to_result(run: PreparedRun, events: list[StepEvent] | None = None) -> di
         "config": run.config.to_dict(),
         "metrics": summarize(events),
         "steps": [e.to_dict() for e in events],
-        "theory": None,
+        "theory": run_theory(events),
     }

@@ -35,6 +35,12 @@ def tiny_draft() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def small_vocab_pair() -> tuple[LoadedModel, LoadedModel]:
+    """A 10-token target and draft: small enough to compute the target's joint over two tokens exactly."""
+    return tiny_llama(vocab=10, hidden=32, layers=1, seed=3, init_std=0.3), tiny_llama(vocab=10, hidden=16, layers=1, seed=4, init_std=0.3)
+
+
+@pytest.fixture(scope="session")
 def bank():
     from specviz.runner import ModelBank
 

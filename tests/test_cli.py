@@ -37,6 +37,15 @@ def assert_one_line_error(r: subprocess.CompletedProcess, fragment: str) -> None
     (["--gamma", "three"], "invalid int value"),
     (["--accept", "bogus"], "--accept"),
     (["--gamma-policy", "bogus"], "--gamma-policy"),
+    (["--judge-threshold", "1.5"], "--judge-threshold"),
+    (["--lenience", "0"], "--lenience"),
+    (["--topk", "0"], "--topk"),
+    (["--chain", "draft-s"], "--chain needs at least two"),
+    (["--chain", "draft-s,draft-s"], "--chain needs at least two"),
+    (["--chain", "draft-s,ngram"], "n-gram drafter can only be the first"),
+    (["--chain", "ngram,draft-s", "--draft", "draft-m"], "--chain replaces the draft"),
+    (["--chain", "ngram,draft-s", "--level-gamma", "0"], "--level-gamma"),
+    (["--chain", "ngram,no-such-draft"], "unknown draft"),
 ])
 def test_bad_options(args, fragment):
     assert_one_line_error(cli("generate", "--prompt", "hi", *args), fragment)
@@ -48,6 +57,16 @@ def test_missing_prompt():
 
 def test_unreadable_prompt_file(tmp_path):
     assert_one_line_error(cli("generate", "--prompt-file", str(tmp_path / "missing.txt")), "--prompt-file")
+
+
+@pytest.mark.parametrize("args", [["--prompts", "0"], ["--gamma", "40"], ["--top", "0"]])
+def test_chain_advisor_bad_options(args):
+    assert_one_line_error(cli("chain-advisor", *args), "chain-advisor needs")
+
+
+def test_judge_commands_report_missing_files(tmp_path):
+    assert_one_line_error(cli("judge", "train", "--features", str(tmp_path / "none.pt")), "none.pt")
+    assert_one_line_error(cli("judge", "build", "--dataset", str(tmp_path / "none.jsonl")), "none.jsonl")
 
 
 def test_unknown_command():
@@ -85,3 +104,27 @@ def test_json_contract():
                  "draft_ms", "verify_ms", "total_ms"}
     assert all(set(s) >= step_keys for s in out["steps"])
     assert [t for s in out["steps"] for t in s["emitted_ids"]] == out["token_ids"]
+
+
+@pytest.mark.slow
+def test_chain_json_has_theory():
+    r = cli("generate", "--prompt", "Name three colors.", "--chain", "ngram,draft-s", "--gamma", "4", "--level-gamma", "2",
+            "--max-new-tokens", "12", "--json")
+    assert r.returncode == 0, r.stderr
+    theory = json.loads(r.stdout)["theory"]
+    assert [lv["name"] for lv in theory["levels"]] == ["target", "draft-s", "ngram"]
+    assert all(lv["T_ms"] >= 0 for lv in theory["levels"]) and theory["levels"][1]["L"] >= 1
+    assert theory["predicted_tokens_per_s"] > 0 and theory["measured_tokens_per_s"] > 0
+    assert theory["insertions"][0]["inserted"] == "draft-s" and theory["insertions"][0]["L_i_break_even"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["judge", "lenient", "topk"])
+def test_relaxed_rules_report_reasons(rule):
+    r = cli("generate", "--prompt", "What is 12 + 30?", "--draft", "draft-s", "--accept", rule, "--lenience", "0.3",
+            "--topk", "20", "--judge-threshold", "0.5", "--max-new-tokens", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    steps = json.loads(r.stdout)["steps"]
+    reasons = {x for s in steps for x in s["accept_reasons"]}
+    assert reasons <= {"exact", rule, "rejected", "unchecked"}
+    assert all((s["judge_scores"] is not None) == (rule == "judge" and bool(s["draft_ids"])) for s in steps)

@@ -1,0 +1,242 @@
+"""Judge decoding's judge head: a linear layer + sigmoid on the target's pre-norm last hidden state.
+
+A draft token is *acceptable* when the head's score at the position whose input is that token exceeds δ.
+Training data are question/answer items with the first erroneous character marked: tokens before the
+error are positive, the first erroneous token is negative, the rest are dropped (DESIGN.md §1.3). The
+head is a class-weighted logistic regression fitted on standardised states, folded back so that
+:meth:`JudgeHead.score` reads raw pre-norm states straight from the verify pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .hidden import prenorm_states
+from .models import ASSETS, LoadedModel, ModelLoadError
+
+HEAD_FORMAT = "specviz-judge-head/1"
+DEFAULT_L2 = 0.3  # best of 1e-2..1 in 5-fold CV over the train split grouped by question
+
+
+class JudgeLoadError(ModelLoadError):
+    """A judge head file is missing, unreadable or was trained for another target; one-line message."""
+
+
+def default_head_path(target_name: str) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", target_name.lower()).strip("-")
+    return ASSETS / "judges" / f"{slug}.json"
+
+
+def token_labels(tokenizer, question: str, answer: str, error_at: int | None, chat: bool = True) -> tuple[list[int], int, list[int]]:
+    """Prompt + answer ids, the index of the first answer token, and one label per kept answer token:
+    1 for tokens that end at or before ``error_at`` (all of them when it is None), 0 for the first token
+    that reaches it; later tokens are dropped (``ids`` keeps them all)."""
+    from .runner import encode_prompt  # runner will import the judge: keep the import cycle-free
+
+    prompt = encode_prompt(tokenizer, question, chat)
+    enc = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
+    labels = []
+    for _, end in enc.offset_mapping:
+        if error_at is not None and end > error_at:
+            labels.append(0)
+            break
+        labels.append(1)
+    return prompt + list(enc.input_ids), len(prompt), labels
+
+
+def build_features(lm: LoadedModel, tokenizer, items: list[dict], chat: bool = True) -> dict:
+    """Pre-norm states and labels of every kept answer token of ``items`` (dataset rows).
+
+    Returns ``X`` (n_tokens, hidden) float32, ``y`` (n_tokens,) float32, ``item`` (n_tokens,) index into
+    ``items``, ``split`` (one string per token), plus ``item_ids``, ``categories``, ``target``,
+    ``hidden_size`` and ``chat``."""
+    xs, ys, owner, split = [], [], [], []
+    for k, it in enumerate(items):
+        ids, start, labels = token_labels(tokenizer, it["question"], it["answer"], it["error_at"], chat)
+        states = prenorm_states(lm.model, ids[: start + len(labels)])  # causal: later tokens cannot matter
+        xs.append(states[start:].float().cpu())
+        ys.append(torch.tensor(labels, dtype=torch.float32))
+        owner.append(torch.full((len(labels),), k, dtype=torch.long))
+        split += [it["split"]] * len(labels)
+    return {
+        "X": torch.cat(xs), "y": torch.cat(ys), "item": torch.cat(owner), "split": split,
+        "item_ids": [it["id"] for it in items], "categories": [it["category"] for it in items],
+        "target": lm.name, "hidden_size": int(lm.model.config.hidden_size), "chat": chat,
+    }
+
+
+@dataclass
+class JudgeHead:
+    """``sigmoid(states @ weight + bias)`` over raw pre-norm states; hidden_size + 1 parameters."""
+
+    weight: torch.Tensor
+    bias: float
+    target: str
+    hidden_size: int
+    meta: dict = field(default_factory=dict)
+    _on_device: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @property
+    def n_parameters(self) -> int:
+        return self.weight.numel() + 1
+
+    def score(self, states: torch.Tensor) -> torch.Tensor:
+        """(n, hidden) states of any dtype/device -> (n,) float32 scores in [0, 1] on the same device."""
+        w = self._on_device.get(states.device)
+        if w is None:
+            w = self._on_device[states.device] = self.weight.to(states.device, torch.float32)
+        return torch.sigmoid(states.float() @ w + self.bias)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"format": HEAD_FORMAT, "target": self.target, "hidden_size": self.hidden_size, "bias": self.bias,
+                "meta": self.meta, "weight": self.weight.tolist()}
+        path.write_text(json.dumps(data, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path, target_name: str, hidden_size: int) -> JudgeHead:
+        """Read a head saved by :meth:`save`; raises :class:`JudgeLoadError` unless it fits the target."""
+        path = Path(path)
+        if not path.is_file():
+            raise JudgeLoadError(f"no judge head for '{target_name}' at {path}: train one with `python -m specviz judge train`")
+        try:
+            data = json.loads(path.read_text())
+            if data["format"] != HEAD_FORMAT:
+                raise ValueError(f"format {data['format']!r}")
+            head = cls(torch.tensor(data["weight"], dtype=torch.float32), float(data["bias"]), str(data["target"]),
+                       int(data["hidden_size"]), dict(data["meta"]))
+            if head.weight.shape != (head.hidden_size,) or not torch.isfinite(head.weight).all():
+                raise ValueError("weight does not match hidden_size")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            raise JudgeLoadError(f"judge head {path} is unreadable: {reason}") from None
+        if head.target != target_name:
+            raise JudgeLoadError(f"judge head {path} was trained for target '{head.target}', not '{target_name}'")
+        if head.hidden_size != hidden_size:
+            raise JudgeLoadError(f"judge head {path} expects hidden size {head.hidden_size}, the target has {hidden_size}")
+        return head
+
+
+def standardise(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(X - mean) / std per feature in float64, with the mean and (floored) std."""
+    X = X.double()
+    mean, std = X.mean(0), X.std(0, unbiased=False).clamp_min(1e-6)
+    return (X - mean) / std, mean, std
+
+
+def fit_logistic(Z: torch.Tensor, y: torch.Tensor, *, l2: float, epochs: int, seed: int) -> tuple[torch.Tensor, float]:
+    """Class-weighted logistic regression (each class weighs half the loss), L2 on the weight only,
+    full-batch L-BFGS for at most ``epochs`` iterations; ``seed`` draws the (tiny) initial weight."""
+    y = y.to(Z.dtype)
+    n_pos = y.sum()
+    sample_w = torch.where(y > 0.5, len(y) / (2 * n_pos), len(y) / (2 * (len(y) - n_pos)))
+    gen = torch.Generator().manual_seed(seed)
+    w = (1e-3 * torch.randn(Z.shape[1], generator=gen, dtype=Z.dtype)).requires_grad_()
+    b = torch.zeros((), dtype=Z.dtype, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], lr=1, max_iter=epochs, history_size=20, tolerance_grad=1e-9,
+                            tolerance_change=1e-12, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(Z @ w + b, y, weight=sample_w)
+        loss = bce + 0.5 * l2 * w.square().sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach(), float(b.detach())
+
+
+def fold(w: torch.Tensor, b: float, mean: torch.Tensor, std: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Weights on standardised features -> weights on raw features with identical logits."""
+    raw = w / std
+    return raw, b - float(mean @ raw)
+
+
+def train_head(X: torch.Tensor, y: torch.Tensor, *, target: str = "", l2: float = DEFAULT_L2, epochs: int = 500,
+               seed: int = 0) -> JudgeHead:
+    """Fit a judge head on raw pre-norm states ``X`` (n, hidden) and 0/1 labels ``y`` (both classes needed)."""
+    if not 0 < int(y.sum()) < len(y):
+        raise ValueError("training needs both positive and negative tokens")
+    Z, mean, std = standardise(X)
+    w, b = fold(*fit_logistic(Z, y, l2=l2, epochs=epochs, seed=seed), mean, std)
+    meta = {"tokens": len(y), "positives": int(y.sum()), "negatives": len(y) - int(y.sum()), "l2": l2, "epochs": epochs, "seed": seed}
+    return JudgeHead(w.float(), b, target, X.shape[1], meta)
+
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Probability that a random positive outscores a random negative (ties count half); NaN if a class is empty."""
+    pos = labels.bool()
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, group, counts = torch.unique(scores.double(), return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()
+    ranks = (ends - (counts - 1) / 2)[group]  # 1-based average rank within each tie group
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else float("nan")
+
+
+def _prf(tp: int, fp: int, fn: int) -> dict:
+    p, r = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    return {"precision": p, "recall": r, "f1": _ratio(2 * p * r, p + r) if p == p and r == r else float("nan")}
+
+
+def calibration(scores: torch.Tensor, labels: torch.Tensor, bins: int = 10) -> list[dict]:
+    """Per equal-width score bin: its range, token count, mean score and observed positive rate."""
+    idx = (scores.double() * bins).long().clamp(0, bins - 1)
+    count = torch.bincount(idx, minlength=bins)
+    mean = torch.bincount(idx, scores.double(), minlength=bins)
+    pos = torch.bincount(idx, labels.double(), minlength=bins)
+    return [{"lo": k / bins, "hi": (k + 1) / bins, "count": int(count[k]), "mean_score": _ratio(float(mean[k]), int(count[k])),
+             "positive_rate": _ratio(float(pos[k]), int(count[k]))} for k in range(bins)]
+
+
+def evaluate(head: JudgeHead, X: torch.Tensor, y: torch.Tensor, threshold: float = 0.5) -> dict:
+    """AUC, accuracy, acceptance (score > threshold) and negative-detection precision/recall/F1, calibration."""
+    scores, good = head.score(X).cpu(), y.bool().cpu()
+    accept = scores > threshold
+    tp, fp = int((accept & good).sum()), int((accept & ~good).sum())
+    fn, tn = int((~accept & good).sum()), int((~accept & ~good).sum())
+    return {
+        "threshold": threshold, "tokens": len(y), "positives": int(good.sum()), "negatives": int((~good).sum()),
+        "auc": roc_auc(scores, good), "accuracy": _ratio(tp + tn, len(y)),
+        "acceptance": _prf(tp, fp, fn), "negative_detection": _prf(tn, fn, fp),
+        "calibration": calibration(scores, good.double()),
+    }
+
+
+def _f(v: float) -> str:
+    return "n/a" if v != v else f"{v:.3f}"
+
+
+def report_markdown(metrics: dict) -> str:
+    """The metrics of :func:`evaluate` as Markdown (headline table + calibration table)."""
+    acc, neg = metrics["acceptance"], metrics["negative_detection"]
+    lines = [
+        f"Tokens: {metrics['tokens']} ({metrics['positives']} acceptable, {metrics['negatives']} first errors)",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| ROC AUC | {_f(metrics['auc'])} |",
+        f"| accuracy at δ = {metrics['threshold']:g} | {_f(metrics['accuracy'])} |",
+        f"| acceptance precision / recall / F1 (score > δ) | {_f(acc['precision'])} / {_f(acc['recall'])} / {_f(acc['f1'])} |",
+        f"| error detection precision / recall / F1 (score ≤ δ) | {_f(neg['precision'])} / {_f(neg['recall'])} / {_f(neg['f1'])} |",
+        "",
+        "Calibration (10 equal-width score bins):",
+        "",
+        "| score bin | tokens | mean score | observed acceptable rate |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {b['lo']:.1f}–{b['hi']:.1f} | {b['count']} | {_f(b['mean_score'])} | {_f(b['positive_rate'])} |"
+              for b in metrics["calibration"]]
+    return "\n".join(lines) + "\n"

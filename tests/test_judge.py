@@ -1,0 +1,220 @@
+"""Judge head: token labels, features from pre-norm states, training, AUC, persistence and the CLI."""
+
+import itertools
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specviz.cli import Parser
+from specviz.config import ConfigError
+from specviz.hidden import prenorm_states
+from specviz.judge import (
+    JudgeHead,
+    JudgeLoadError,
+    build_features,
+    default_head_path,
+    evaluate,
+    fit_logistic,
+    fold,
+    report_markdown,
+    roc_auc,
+    standardise,
+    token_labels,
+    train_head,
+)
+from specviz.judge_cli import read_dataset, register, run
+from specviz.models import ASSETS, ModelLoadError
+
+
+class WordTokenizer:
+    """Words with their leading whitespace, ids from a fixed hash, BOS = 1, no chat template."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True, return_offsets_mapping=False):
+        spans = [m.span() for m in re.finditer(r"\s*\S+", text)]
+        ids = [sum(map(ord, text[a:b])) % 90 + 5 for a, b in spans]
+        return SimpleNamespace(input_ids=[1] * add_special_tokens + ids, offset_mapping=spans)
+
+
+ANSWER = "a bb ccc dd"  # tokens "a" (0,1) " bb" (1,4) " ccc" (4,8) " dd" (8,11)
+
+
+@pytest.mark.parametrize("error_at, labels", [(None, [1, 1, 1, 1]), (5, [1, 1, 0]), (4, [1, 1, 0]), (7, [1, 1, 0]),
+                                              (3, [1, 0]), (0, [0]), (10, [1, 1, 1, 0])])
+def test_token_labels_mark_the_first_error_and_drop_the_rest(error_at, labels):
+    ids, start, got = token_labels(WordTokenizer(), "q one", ANSWER, error_at)
+    assert start == 3 and len(ids) == start + 4 and got == labels
+    assert ids[:start] == WordTokenizer()("q one").input_ids
+
+
+@pytest.mark.slow
+def test_token_labels_with_the_offline_tokenizer(bank):
+    from specviz.models import OFFLINE_PRESET, resolve_preset
+
+    tok = bank.tokenizer(resolve_preset(OFFLINE_PRESET).target)
+    answer = "So 17 + 25 = 43, which is odd."
+    ids, start, labels = token_labels(tok, "What is 17 + 25?", answer, answer.index("43"))
+    assert labels[:-1] == [1] * (len(labels) - 1) and labels[-1] == 0
+    kept = tok.decode(ids[start:start + len(labels) - 1])
+    assert answer.startswith(kept) and len(kept) <= answer.index("43") and "4" in tok.decode(ids[start + len(labels) - 1])
+    assert tok.decode(ids[:start]).rstrip().endswith("assistant")  # chat template applied
+
+
+def _items():
+    return [{"id": "a", "category": "x", "question": "q one", "answer": ANSWER, "error_at": 5, "split": "train"},
+            {"id": "b", "category": "y", "question": "another q", "answer": "all fine here", "error_at": None, "split": "heldout"}]
+
+
+def test_features_are_prenorm_states_at_the_answer_tokens(tiny_target):
+    tok, items = WordTokenizer(), _items()
+    feats = build_features(tiny_target, tok, items)
+    assert feats["X"].shape == (6, 64) and feats["X"].dtype == torch.float32
+    assert feats["y"].tolist() == [1, 1, 0, 1, 1, 1] and feats["item"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert feats["split"] == ["train"] * 3 + ["heldout"] * 3
+    assert feats["target"] == tiny_target.name and feats["hidden_size"] == 64
+    ids, start, labels = token_labels(tok, items[0]["question"], ANSWER, 5)
+    full = prenorm_states(tiny_target.model, ids)  # the dropped token after the error changes nothing before it
+    torch.testing.assert_close(feats["X"][:3], full[start:start + 3])
+
+
+def _separable(n, seed, neg_rate=0.1):
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, 12, generator=gen) * torch.linspace(0.1, 30, 12) + 7.0  # far from standardised
+    direction = torch.linspace(-1, 1, 12) / torch.linspace(0.1, 30, 12)
+    margin = (X - 7.0) @ direction
+    y = (margin > torch.quantile(margin, neg_rate)).float()
+    return X, y
+
+
+def test_training_recovers_a_separable_problem_with_imbalance():
+    X, y = _separable(3000, 0)
+    head = train_head(X, y, target="toy")
+    Xt, yt = _separable(2000, 1)
+    metrics = evaluate(head, Xt, yt)
+    assert metrics["auc"] > 0.95 and metrics["negative_detection"]["recall"] > 0.8
+    assert head.meta["tokens"] == 3000 and head.meta["negatives"] == int((y == 0).sum())
+
+
+def test_folding_the_standardisation_is_exact():
+    X, y = _separable(500, 2, neg_rate=0.3)
+    Z, mean, std = standardise(X)
+    w, b = fit_logistic(Z, y, l2=1e-2, epochs=100, seed=0)
+    raw_w, raw_b = fold(w, b, mean, std)
+    torch.testing.assert_close(X.double() @ raw_w + raw_b, Z @ w + b)
+    head = train_head(X, y, l2=1e-2, epochs=100, seed=0)
+    torch.testing.assert_close(head.score(X), torch.sigmoid(Z @ w + b).float(), atol=1e-5, rtol=0)
+
+
+def test_auc_by_hand_and_with_ties():
+    assert roc_auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])) == pytest.approx(0.75)
+    assert roc_auc(torch.tensor([0.5, 0.5, 0.2, 0.9]), torch.tensor([1, 0, 0, 1])) == pytest.approx(0.875)
+    assert roc_auc(torch.full((4,), 0.3), torch.tensor([1, 0, 1, 0])) == pytest.approx(0.5)
+    assert roc_auc(torch.tensor([0.1, 0.2]), torch.tensor([1, 1])) != roc_auc(torch.tensor([0.1, 0.2]), torch.tensor([1, 1]))  # NaN
+    gen = torch.Generator().manual_seed(0)
+    s, y = torch.randint(0, 5, (40,), generator=gen).float(), torch.randint(0, 2, (40,), generator=gen)
+    pairs = [(1.0 if a > b else 0.5 if a == b else 0.0) for (a, la), (b, lb) in itertools.product(zip(s, y), repeat=2) if la and not lb]
+    assert roc_auc(s, y) == pytest.approx(sum(pairs) / len(pairs))
+
+
+def _head(hidden=8, target="toy"):
+    return JudgeHead(torch.linspace(-1, 1, hidden), 0.25, target, hidden, {"tokens": 3})
+
+
+def test_score_has_hidden_plus_one_parameters_and_takes_any_dtype():
+    head = _head(64)
+    assert head.n_parameters == 65
+    states = torch.randn(5, 64)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        s = head.score(states.to(dtype))
+        assert s.shape == (5,) and s.dtype == torch.float32 and ((0 <= s) & (s <= 1)).all()
+    torch.testing.assert_close(head.score(states), torch.sigmoid(states @ head.weight + 0.25))
+
+
+def test_save_load_round_trip(tmp_path):
+    head, path = _head(), tmp_path / "judge.json"
+    head.save(path)
+    back = JudgeHead.load(path, "toy", 8)
+    assert torch.equal(back.weight, head.weight) and back.bias == head.bias and back.meta == head.meta
+    states = torch.randn(3, 8)
+    assert torch.equal(back.score(states), head.score(states))
+
+
+@pytest.mark.parametrize("target, hidden, content, fragment", [
+    ("other", 8, None, "trained for target 'toy', not 'other'"),
+    ("toy", 16, None, "expects hidden size 8"),
+    ("toy", 8, "{not json", "unreadable"),
+    ("toy", 8, '{"format": "specviz-judge-head/1", "target": "toy", "hidden_size": 8, "bias": 0, "meta": {}, "weight": [1, 2]}',
+     "unreadable"),
+])
+def test_load_refuses_other_targets_and_broken_files(tmp_path, target, hidden, content, fragment):
+    path = tmp_path / "judge.json"
+    _head().save(path)
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(JudgeLoadError, match=re.escape(fragment)) as err:
+        JudgeHead.load(path, target, hidden)
+    assert "\n" not in str(err.value) and isinstance(err.value, ModelLoadError)
+
+
+def test_load_names_the_missing_file(tmp_path):
+    with pytest.raises(JudgeLoadError, match="no judge head for 'toy'"):
+        JudgeHead.load(tmp_path / "missing.json", "toy", 8)
+
+
+def test_default_head_path_is_a_slug_under_assets():
+    assert default_head_path("SmolLM2-135M-Instruct.Q4_1.gguf") == ASSETS / "judges" / "smollm2-135m-instruct-q4-1-gguf.json"
+
+
+def test_evaluate_counts_and_report():
+    head = JudgeHead(torch.tensor([1.0]), 0.0, "toy", 1)
+    X, y = torch.tensor([[-3.0], [-1.0], [2.0], [4.0], [0.5]]), torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0])
+    m = evaluate(head, X, y, threshold=0.5)  # accepted: 2.0, 4.0, 0.5 -> tp 2, fp 1, fn 1, tn 1
+    assert (m["tokens"], m["positives"], m["negatives"]) == (5, 3, 2)
+    assert m["acceptance"]["precision"] == pytest.approx(2 / 3) and m["acceptance"]["recall"] == pytest.approx(2 / 3)
+    assert m["negative_detection"]["precision"] == pytest.approx(0.5) and m["negative_detection"]["recall"] == pytest.approx(0.5)
+    assert m["accuracy"] == pytest.approx(0.6) and sum(b["count"] for b in m["calibration"]) == 5
+    text = report_markdown(m)
+    assert "ROC AUC" in text and text.count("\n| 0.") + text.count("\n| 1.") >= 10
+
+
+def _cli(*argv):
+    ap = Parser(prog="python -m specviz")
+    register(ap.add_subparsers(dest="command", required=True, parser_class=Parser))
+    return run(ap.parse_args(["judge", *argv]))
+
+
+def test_cli_train_and_eval_on_saved_features(tmp_path, capsys):
+    X, y = _separable(600, 3)
+    feats = {"X": X, "y": y, "item": torch.arange(600) // 20, "split": ["train"] * 400 + ["heldout"] * 200,
+             "item_ids": [str(i) for i in range(30)], "categories": ["c"] * 30, "target": "toy", "hidden_size": 12,
+             "chat": True, "dataset": "toy.jsonl"}
+    torch.save(feats, tmp_path / "f.pt")
+    head, report = tmp_path / "head.json", tmp_path / "eval.md"
+    assert _cli("train", "--features", str(tmp_path / "f.pt"), "--out", str(head)) == 0
+    assert JudgeHead.load(head, "toy", 12).meta["items"] == 20
+    assert _cli("eval", "--features", str(tmp_path / "f.pt"), "--head", str(head), "--out", str(report)) == 0
+    assert "ROC AUC" in report.read_text() and "200 held-out tokens" in report.read_text()
+    feats["target"] = "another"
+    torch.save(feats, tmp_path / "g.pt")
+    with pytest.raises(JudgeLoadError, match="trained for target 'toy'"):
+        _cli("eval", "--features", str(tmp_path / "g.pt"), "--head", str(head), "--out", str(report))
+    with pytest.raises(ConfigError, match="judge build"):
+        _cli("train", "--features", str(tmp_path / "missing.pt"))
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("not json", "line 1: not JSON"),
+    ('{"id": "a"}', "missing or mistyped"),
+    ('{"id": "a", "category": "c", "question": "q", "answer": "ab", "error_at": 2, "split": "train", "source": "s"}', "error_at"),
+    ('{"id": "a", "category": "c", "question": "q", "answer": "ab", "error_at": null, "split": "dev", "source": "s"}', "split"),
+])
+def test_dataset_rows_are_checked(tmp_path, line, fragment):
+    path = tmp_path / "d.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigError, match=fragment):
+        read_dataset(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_dataset(tmp_path / "none.jsonl")
