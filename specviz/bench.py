@@ -15,20 +15,29 @@ from pathlib import Path
 import torch
 
 from .config import DecodeConfig
+from .judge_data import is_correct
 from .metrics import summarize
 from .models import ASSETS, NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
 from .policies import History, record_of
 from .predictor import AcceptancePredictor, fit_weights, prompt_features
+from .quality import quality_table, speed_quality_svg, target_logprob
 from .runner import ModelBank, prepare
 from .theory import insertion_helps, run_theory
 from .train import build_instructions
 
 PROMPTS = ASSETS / "prompts"
+EVAL_QUESTIONS = ASSETS / "judge" / "eval_questions.jsonl"
 SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
 
 
 def load_suite(suite: str = "all", per_category: int = 0) -> list[dict]:
-    """Prompts of the evaluation suites: all categories, or a comma-separated subset."""
+    """Prompts of the evaluation suites: all categories, a comma-separated subset, or ``judge-eval`` (the
+    held-out verifiable questions, with their expected answers)."""
+    if suite == "judge-eval":
+        rows = [json.loads(line) for line in EVAL_QUESTIONS.read_text().splitlines() if line.strip()]
+        if per_category:
+            rows = [r for i, r in enumerate(rows) if sum(x["category"] == r["category"] for x in rows[:i]) < per_category]
+        return [{**r, "prompt": r["question"]} for r in rows]
     files = sorted(PROMPTS.glob("*.jsonl"))
     wanted = None if suite == "all" else set(suite.split(","))
     items = []
@@ -47,6 +56,7 @@ class BenchConfig:
     decode: DecodeConfig
     hf_assisted: bool = False
     extra: dict = field(default_factory=dict)
+    quality: bool = False  # also score the output: the target's log-likelihood of it
 
 
 def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
@@ -95,14 +105,30 @@ def chain_configs(max_new_tokens: int, mu: int = 4, level_gamma: int = 3) -> lis
     ]
 
 
+def judge_configs(max_new_tokens: int, draft: str = "draft-s", gamma: int = 4) -> list[BenchConfig]:
+    """Exact SD first (the reference row), then judge decoding at several δ and the two relaxed baselines."""
+    def rule(accept: str, **kw) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, accept=accept, max_new_tokens=max_new_tokens, **kw)
+
+    rows = [("exact", rule("exact")), *[(f"judge δ={d}", rule("judge", judge_threshold=d)) for d in (0.9, 0.7, 0.5, 0.3)],
+            ("lenient l=0.5", rule("lenient", lenience=0.5)), ("top-k k=5", rule("topk", topk=5)),
+            ("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens))]
+    return [BenchConfig(label, config, quality=True) for label, config in rows]
+
+
 CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs,
-                                                              "chains": chain_configs}
+                                                              "chains": chain_configs, "judge": judge_configs}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
     run = prepare(cfg.decode, prompt, bank)
     events = list(run.events())
-    return {**summarize(events), "token_ids": [t for e in events for t in e.emitted_ids], "theory": run_theory(events)}
+    ids = [t for e in events for t in e.emitted_ids]
+    result = {**summarize(events), "token_ids": ids, "theory": run_theory(events),
+              "text": run.tokenizer.decode(ids, skip_special_tokens=True)}
+    if cfg.quality:
+        result["target_logprob"] = target_logprob(run.target.lm, run.prompt_ids, ids)
+    return result
 
 
 @torch.inference_mode()
@@ -151,6 +177,8 @@ def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens
                 "engine_overhead_frac": round(r.get("engine_overhead_frac", float("nan")), 4),
                 "per_position_accept": json.dumps([round(x, 3) for x in r.get("per_position_accept", [])]),
                 **theory_columns(r.get("theory")),
+                "target_logprob": round(r.get("target_logprob", float("nan")), 4),
+                "correct": is_correct(r.get("text", ""), item["expected"]) if "expected" in item else "",
             })
         print(f"[{i + 1}/{len(prompts)}] {item['id']}: " + ", ".join(
             f"{c.label} {results[c.label]['tokens_per_s']:.1f}" for c in configs), flush=True)
@@ -254,7 +282,7 @@ def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:
         out.append({
             "config": label,
             "tok/s (median)": statistics.median(r["tokens_per_s"] for r in rs),
-            "speedup vs AR (median)": statistics.median(r["speedup"] for r in rs),
+            f"speedup vs {labels[0]} (median)": statistics.median(r["speedup"] for r in rs),
             "mean accepted len": statistics.mean(r["mean_accept_len"] for r in drafted) if drafted else float("nan"),
             "accept rate": statistics.mean(r["accept_rate"] for r in drafted) if drafted else float("nan"),
             "per-position accept": " ".join(f"{statistics.mean(p[i] for p in positions if len(p) > i):.2f}" for i in range(width)),
@@ -287,6 +315,13 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
              f"{len(rows) // len(labels)} prompts, configurations interleaved per prompt (rotated order) after a warm-up.",
              "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
              "## Overall", "", markdown(summary_table(rows, labels)), ""]
+    if all(c.quality for c in configs):
+        table = quality_table(rows, labels)
+        out.with_suffix(".svg").write_text(speed_quality_svg(table))
+        parts += ["## Speed and quality", "", f"Quality on the held-out verifiable questions ({len(rows) // len(labels)}); "
+                  "accuracy = the expected answer is the last number (or a whole word) of the output; log-likelihood = the "
+                  "target's mean log p per output token. 'ar' is the target alone.", "", markdown(table), "",
+                  f"![speed against quality]({out.with_suffix('.svg').name})", ""]
     if any(c.decode.chain for c in configs):
         parts += ["## Theory (Lemma 3.1) against measurement", "",
                   "Predicted tok/s from each run's own per-forward times T_i and acceptance lengths L_i; measured = "

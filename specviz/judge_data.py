@@ -71,7 +71,7 @@ ANSWERS = {"arithmetic": (0.9, 0.8), "units": (0.85, 0.8), "facts": (2.2, 0.6), 
 
 # draft-junk items per family, as a share of the other items (together ~28% of the dataset), and the chance that
 # a newline / eos / draft item is cut at the empty prefix (the first answer token) when that cut suits it
-JUNK = {"newline": 0.10, "eos": 0.09, "draft": 0.14, "loop": 0.07}
+JUNK = {"newline": 0.09, "eos": 0.06, "draft": 0.14, "loop": 0.12}
 JUNK_EMPTY = 0.25
 SPECIALS = ("<|im_end|>", "<|endoftext|>")  # the target tokenizer turns these strings into its end-of-text ids
 
@@ -861,8 +861,8 @@ def _draft_junk(prefix: str, answer: str, q: Question, texts: list[str], cut: li
         return piece
     rest = answer[len(prefix):]
     breaks_word = bool(prefix) and prefix[-1].isalnum() and rest[:1].isalnum()
-    ends_early = piece.strip()[0] in ".!?" and not _complete(prefix, answer, q)
-    return piece if breaks_word or ends_early or q.category == "code" else None
+    ends_early = piece.strip()[0] in ".!?" and not _complete(prefix, answer, q) and q.category != "code"
+    return piece if breaks_word or ends_early else None
 
 
 def _fits(family: str, prefix: str, answer: str, q: Question, texts: list[str], cut: list) -> bool:
@@ -873,7 +873,7 @@ def _fits(family: str, prefix: str, answer: str, q: Question, texts: list[str], 
         return not _complete(prefix, answer, q)
     if family == "draft":
         return _draft_junk(prefix, answer, q, texts, cut) is not None
-    return bool(prefix) and prefix[-1].isalnum()  # loops start right after a word or number
+    return bool(prefix) and prefix[-1].isalnum() and not answer[len(prefix)].isalnum()  # loops follow a whole word / number
 
 
 def _junk_text(family: str, prefix: str, answer: str, q: Question, texts: list[str], cut: list, rng: random.Random) -> str | None:
@@ -885,8 +885,8 @@ def _junk_text(family: str, prefix: str, answer: str, q: Question, texts: list[s
         return rng.choice(SPECIALS)
     if family == "draft":
         return _draft_junk(prefix, answer, q, texts, cut)
-    if rng.random() < 0.6:
-        word = " " + re.findall(r"\w+", prefix)[-1]
+    word = " " + re.findall(r"\w+", prefix)[-1]
+    if rng.random() < 0.6 and not word.strip().isdigit():  # (" 5 5 5" would start with a bare " " token)
         return None if _continues(texts, prefix, word) else word * rng.randint(3, 5)
     return rng.choice(".!,?") * rng.randint(3, 6) if rest.lstrip()[:1].isalnum() else None
 

@@ -46,8 +46,8 @@ def build_app() -> gr.Blocks:
             with gr.Tab("Compare", id="compare"):
                 build_compare_tab(session)
             with gr.Tab("Explain", id="explain") as explain_tab:
-                alpha, c, gamma_max, plot, numbers, theory = build_explain_tab(session)
-        explain_tab.select(explain_update, [alpha, c, gamma_max, session], [plot, numbers, theory], api_visibility="private")
+                explain_inputs, explain_outputs = build_explain_tab(session)
+        explain_tab.select(explain_update, explain_inputs, explain_outputs, api_visibility="private")
         timer.tick(model_status, None, [models_line, timer], api_visibility="private", queue=False)
         demo.load(model_status, None, [models_line, timer], api_visibility="private", queue=False)
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY)

@@ -226,3 +226,26 @@ def theory_figure(alpha: float, c: float, gamma_max: int, measured: Measured | N
 def empty_figure(message: str, height: int = 300) -> go.Figure:
     return figure({"data": [], "layout": {**BASE_LAYOUT, "height": height, "xaxis": {"visible": False}, "yaxis": {"visible": False},
                                           "annotations": [{"text": message, "showarrow": False, "font": {"size": 14}}]}})
+
+
+def length_distribution_spec(theory: Mapping) -> dict:
+    """Theorem 3.3 per verifying level: the predicted capped-geometric distribution of acceptance lengths
+    (bars, outlined) against the measured one (bars, filled)."""
+    data = []
+    for k, (name, rep) in enumerate(theory.get("acceptance", {}).items()):
+        if rep.get("a") is None:
+            continue
+        lengths = list(range(1, len(rep["pmf_measured"]) + 1))
+        colour = PALETTE[k % len(PALETTE)]
+        data += [{"type": "bar", "x": lengths, "y": rep["pmf_measured"], "name": f"{name}: measured", "marker": {"color": colour}},
+                 {"type": "bar", "x": lengths, "y": rep["pmf_predicted"], "name": f"{name}: predicted (a={rep['a']:.2f})",
+                  "marker": {"color": "rgba(0,0,0,0)", "line": {"color": colour, "width": 2},
+                             "pattern": {"shape": "/", "fgcolor": colour}}}]
+    layout = {**BASE_LAYOUT, "height": 340, "barmode": "group", "title": {"text": "Theorem 3.3: acceptance length per verification"},
+              "xaxis": {"title": {"text": "tokens passed up per verification (L)"}, "dtick": 1},
+              "yaxis": {"title": {"text": "share of verifications"}, "rangemode": "tozero"}}
+    return {"data": data, "layout": layout}
+
+
+def length_distribution_figure(theory: Mapping) -> go.Figure:
+    return figure(length_distribution_spec(theory))

@@ -4,7 +4,6 @@ with the last Explore run's measured acceptance and cost ratio placed on it (pre
 from __future__ import annotations
 
 import html
-import json
 import statistics
 
 import gradio as gr
@@ -56,16 +55,48 @@ def summary_markdown(alpha: float, c: float, gamma_max: int, measured: charts.Me
     return "\n\n".join(lines)
 
 
+def _table(header: list[str], rows: list[list]) -> str:
+    cell = (lambda v: f"{v:.3g}" if isinstance(v, float) else html.escape(str(v)))
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def theory_html(session: dict | None) -> str:
-    """The polybasic predicted-vs-measured section: shown only when the last run's result carries theory data."""
+    """Lemma 3.1 / Theorems 3.2–3.3 for the last Explore run: per-level T_i and L_i, predicted against
+    measured tokens/s, and the insertion test for every intermediate level of a chain."""
     last = ensure_session(session).get("last")
     theory = last.get("theory") if last else None
     if not theory:
-        return status_html("Polybasic theory (Lemma 3.1 time model, Theorem 3.2 insertion test, Theorem 3.3 acceptance-length "
-                           "distribution: predicted vs measured) appears here after a run whose result carries theory data "
-                           "(polybasic chain decoding, a later issue). The last run carries none, so nothing is shown.", "info")
-    body = html.escape(json.dumps(theory, indent=1, default=str))
-    return f'<div class="sv-theory"><b>Theory data of run #{last.get("run", "?")}</b><pre>{body}</pre></div>'
+        return status_html("Run something in the Explore tab (a polybasic chain shows every level): Lemma 3.1's predicted "
+                           "time, Theorem 3.2's insertion test and Theorem 3.3's acceptance lengths appear here.", "info")
+    levels = _table(["level", "role", "T_i (ms per forward)", "L_i (tokens per verification)", "forwards", "forwards predicted (N/L_i)"],
+                    [[lv["name"], lv["role"], lv["T_ms"], lv.get("L", f"β = {lv.get('beta', 0):.2f} passes/verification"),
+                      lv["passes"], lv.get("predicted_passes", "–")] for lv in theory["levels"]])
+    pred, meas = theory["predicted_tokens_per_s"], theory["measured_tokens_per_s"]
+    error = f"{100 * (pred / meas - 1):+.0f}%" if pred and meas else "–"
+    parts = [f"<b>Run #{html.escape(str(last.get('run', '?')))}: {theory['tokens']} tokens.</b> Lemma 3.1 predicts "
+             f"<b>{pred or 0:.1f} tok/s</b>; measured (decode only) <b>{meas or 0:.1f} tok/s</b> ({error}).", levels]
+    acceptance = [[name, rep["a"], rep["mean_cap"], rep["mean_predicted"], rep["mean_measured"], rep["second_moment_predicted"],
+                   rep["second_moment_measured"]] for name, rep in theory["acceptance"].items() if rep.get("a") is not None]
+    if acceptance:
+        parts += ["<b>Theorem 3.3</b> (per-token acceptance a, cap m = K + 1 per verification)",
+                  _table(["verifier", "a", "mean m", "E[L] predicted", "E[L] measured", "E[L²] predicted", "E[L²] measured"], acceptance)]
+    if theory["insertions"]:
+        parts += ["<b>Theorem 3.2</b>: inserting M_new below M_i helps iff T_new/T_i < L_new·(1/L_i − 1/L_i′). L_i (without "
+                  "M_new) needs a run without it: the level helps if that run's L_i is below the break-even.",
+                  _table(["inserted", "below", "T_new/T_i", "L_new", "L_i′ (with it)", "break-even L_i"],
+                         [[i["inserted"], i["below"], i["T_new/T_i"], i["L_new"], i["L_i_after"], i["L_i_break_even"]]
+                          for i in theory["insertions"]])]
+    return '<div class="sv-theory">' + "".join(f"<div>{p}</div>" for p in parts) + "</div>"
+
+
+def theory_figure_of(session: dict | None):
+    last = ensure_session(session).get("last")
+    theory = last.get("theory") if last else None
+    if not theory or not any(r.get("a") is not None for r in theory["acceptance"].values()):
+        return charts.empty_figure("acceptance lengths appear after a speculative run", 340)
+    return charts.length_distribution_figure(theory)
 
 
 def explain_update(alpha: float, c: float, gamma_max: float, session: dict | None) -> tuple:
@@ -74,9 +105,10 @@ def explain_update(alpha: float, c: float, gamma_max: float, session: dict | Non
         measured = measured_from(session)
         gmax = max(1, int(gamma_max or 1))
         a, cost = min(max(float(alpha), 0.0), 0.999), max(float(c), 0.0)
-        return charts.theory_figure(a, cost, gmax, measured), summary_markdown(a, cost, gmax, measured), theory_html(session)
+        return (charts.theory_figure(a, cost, gmax, measured), summary_markdown(a, cost, gmax, measured), theory_html(session),
+                theory_figure_of(session))
     except Exception as exc:  # a plot must never take the page down
-        return gr.skip(), f"⚠ could not draw the plot: {exc}", gr.skip()
+        return gr.skip(), f"⚠ could not draw the plot: {exc}", gr.skip(), gr.skip()
 
 
 def use_measured(session: dict | None) -> tuple:
@@ -100,8 +132,8 @@ def build_explain_tab(session: gr.State) -> tuple:
     numbers = gr.Markdown(summary_markdown(0.7, 0.05, 12, None), elem_id="explain-numbers")
     gr.Markdown("### Polybasic theory: predicted vs measured")
     theory = gr.HTML(theory_html(None), elem_id="explain-theory")
-    inputs = [alpha, c, gamma_max, session]
-    gr.on([alpha.release, c.release, gamma_max.release], explain_update, inputs, [plot, numbers, theory], api_name="explain")
-    use.click(use_measured, session, [alpha, c], api_visibility="private").then(explain_update, inputs, [plot, numbers, theory],
-                                                                                 api_visibility="private")
-    return alpha, c, gamma_max, plot, numbers, theory
+    lengths = gr.Plot(theory_figure_of(None), label="Acceptance lengths: Theorem 3.3 vs measured", elem_id="explain-lengths")
+    inputs, outputs = [alpha, c, gamma_max, session], [plot, numbers, theory, lengths]
+    gr.on([alpha.release, c.release, gamma_max.release], explain_update, inputs, outputs, api_name="explain")
+    use.click(use_measured, session, [alpha, c], api_visibility="private").then(explain_update, inputs, outputs, api_visibility="private")
+    return inputs, outputs

@@ -115,6 +115,7 @@ def test_walk_through_the_app(page):
     page.get_by_role("tab", name="Explain").click()
     page.wait_for_function("document.querySelector('#explain-numbers').innerText.includes('Measured (run #')", timeout=30_000)
     page.wait_for_selector("#explain-plot .js-plotly-plot", timeout=30_000)
+    page.wait_for_selector("#explain-theory table", timeout=30_000)  # Lemma 3.1 per level for that run
     page.screenshot(path=str(SHOTS / "explain.png"), full_page=True)
 
     # 6. An empty prompt: a visible error, and the app still works afterwards.

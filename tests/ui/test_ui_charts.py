@@ -5,6 +5,7 @@ import pickle
 import plotly.graph_objects as go
 import pytest
 
+from specviz.theory import run_theory
 from specviz.ui import charts
 from specviz.ui.explain import measured_from, summary_markdown, theory_html
 from specviz.ui.state import new_session
@@ -53,7 +54,7 @@ def test_theory_formula_matches_the_design():
 def test_explain_uses_only_real_measurements():
     session = new_session()
     assert measured_from(session) is None and "none yet" in summary_markdown(0.7, 0.05, 12, None)
-    assert "carries none" in theory_html(session)
+    assert "Run something in the Explore tab" in theory_html(session)
     session["last"] = {"config": {"method": "sd", "gamma": 4}, "run": 3, "speedup": 1.3, "theory": None,
                        "events": [{"gamma": 4}, {"gamma": 0}],
                        "metrics": {"drafted": 8, "accept_rate": 0.5, "draft_ms": 8.0, "verify_ms": 200.0, "target_forwards": 4,
@@ -61,8 +62,25 @@ def test_explain_uses_only_real_measurements():
     m = measured_from(session)
     assert (m.alpha, m.c, m.gamma, m.speedup) == (0.5, pytest.approx(0.02), 4, 1.3)
     assert "run #3" in summary_markdown(0.7, 0.05, 12, m)
-    session["last"]["theory"] = {"levels": [1, 2]}
-    assert "Theory data of run #3" in theory_html(session)
+    session["last"]["theory"] = chain_theory()
+    shown = theory_html(session)
+    assert "Run #3" in shown and "Lemma 3.1 predicts" in shown and "Theorem 3.2" in shown and "Theorem 3.3" in shown
+    assert all(name in shown for name in ("target", "mid", "ngram"))
+    go.Figure(charts.length_distribution_spec(session["last"]["theory"]))
+
+
+def chain_theory() -> dict:
+    """The theory block of a hand-made three-level run (ngram → mid → target)."""
+    from types import SimpleNamespace
+
+    def step(k: int, acc: int, verifications: list) -> SimpleNamespace:
+        levels = [{"name": "mid", "role": "verify", "passes": len(verifications), "ms": 5.0 * len(verifications),
+                   "verifications": verifications}, {"name": "ngram", "role": "draft", "passes": len(verifications), "ms": 0.1,
+                                                     "verifications": []}]
+        return SimpleNamespace(drafter="ngram→mid", draft_ids=[1] * k, accepted=acc, emitted_ids=[1] * (acc + 1), verify_ms=50.0,
+                               total_ms=60.0, extra={"levels": levels})
+
+    return run_theory([step(3, 1, [[2, 3]]), step(4, 4, [[2, 3], [1, 1]]), step(2, 0, [[1, 2]])])
 
 
 def test_explore_frames_pickle_for_zerogpu():
