@@ -5,7 +5,7 @@ export HF_HUB_OFFLINE := 1
 export GRADIO_ANALYTICS_ENABLED := False
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-fast bench lint browser clean
+.PHONY: setup run test test-fast bench bench-all lint browser clean
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,10 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python -m specviz bench --suite all --out results/bench
+
+# every committed result: standard, policies, chains, judge, chain advisor (about 1.5 h on 2 cores)
+bench-all: setup
+	bash scripts/run_benchmarks.sh
 
 lint: setup
 	$(BIN)/ruff check specviz tests app.py scripts

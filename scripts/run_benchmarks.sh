@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Reproduces the committed results: the acceptance predictor, the standard table and the policy table.
-# PER_CATEGORY=0 runs every suite prompt (slow on 2 cores); the committed run used the value in results/*.md.
+# Reproduces the committed results: the acceptance predictor, the standard, policy, chain and judge tables,
+# and the chain advisor's ranking. Run on a quiet machine: other CPU load distorts every timing.
+# PER_CATEGORY=0 runs every suite prompt (slow on 2 cores); the committed runs used the value in results/*.md.
+# STEPS selects parts, e.g. STEPS="chains judge".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
+STEPS=${STEPS:-"predictor standard policies chains judge advisor"}
 export HF_HUB_OFFLINE=1
-$PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-16}"
-$PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/bench
-$PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/policies
+for step in $STEPS; do
+  case $step in
+    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-16}" ;;
+    standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/bench ;;
+    policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/policies ;;
+    chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
+    judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
+    advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done

@@ -1,11 +1,12 @@
 """The judge-decoding dataset (TokenCourt-style) for the offline target SmolLM2-135M-Instruct.
 
-    python -m specviz.judge_data build [--out-dir assets/judge] [--seed 1234] [--regenerate-target]
+    python -m specviz.judge_data build [--out-dir assets/judge] [--seed 1234] [--regenerate-target] [--regenerate-draft]
 
 writes ``dataset.jsonl`` (answers with their first error marked), ``eval_questions.jsonl`` (held-out
 verifiable questions for end-to-end accuracy) and refreshes the counts in ``README.md``. Every choice comes
 from a seeded RNG, so a build is deterministic; the target's own answers are cached in
-``assets/judge/target_answers.jsonl`` and reused unless ``--regenerate-target``.
+``assets/judge/target_answers.jsonl`` and the bundled draft's proposals in ``assets/judge/draft_proposals.jsonl``,
+both reused unless ``--regenerate-target`` / ``--regenerate-draft`` (a build from the caches loads no model).
 
 Generation rules
 - Item: ``{id, category, question, answer, error_at, split, source}``. ``error_at`` is the character offset
@@ -38,6 +39,28 @@ Generation rules
   phrase, ignoring case.
 - eval_questions.jsonl: easy single-step arithmetic and unit questions that are not dataset questions, plus
   the held-out fact questions; ``expected`` lists the answers ``is_correct`` accepts.
+
+Draft junk (``source="junk"``, appended after the other items, which stay as they are)
+- What a weak draft really proposes, which the content errors above never show the judge: a correct answer's
+  prefix (of a template, paraphrase or correct target answer; same question, so same split) cut where the
+  target's tokenization has a token boundary, the empty prefix included, followed by junk. ``error_at`` is
+  ``len(prefix)``, moved past the blank of a " word" junk (the word is the error); the junk's first token is
+  the negative one. Id: ``<base item id>-junk-<family>``. JUNK sets each family's count as a share of the
+  other items (~30% of the dataset in all); a newline / eos / draft item takes the empty prefix with
+  probability JUNK_EMPTY when that cut suits it, else a random suitable cut.
+  - newline: "\n" or a blank line, then the rest of the answer, or a trailing run of 2 or 4 newlines; at the
+    start of the answer or mid-sentence (not after . ! ? :, a blank, or where the answer breaks the line).
+  - eos: "<|im_end|>" or "<|endoftext|>" (the tokenizer turns them into the special ids) before the answer is
+    complete: ``is_correct`` fails on the prefix (questions with an expected answer), the code block is not
+    closed (code), or letters / digits are still to come (other instructions).
+  - draft: the greedy token of the bundled draft ``assets/models/smollm2-draft-s`` after the prefix
+    (teacher-forced on the chat prompt + the answer's tokens; cached per answer in draft_proposals.jsonl)
+    when it is not the answer's next token, re-tokenizes as itself after the prefix, and is no paraphrase:
+    no correct rendering of the question that starts with the prefix goes on with it (blanks ignored) or with
+    a word it begins. Blank and special proposals are left to the newline / eos families; punctuation counts
+    only before the answer is complete (in code: only when it splits a name or number).
+  - loop: right after a whole word, that word repeated 3-5 times (" is is is"; not numbers), or 3-6 of one
+    of . ! , ? where the answer goes on with a word.
 """
 
 from __future__ import annotations
@@ -69,9 +92,9 @@ MAX_CHARS = 300
 # answers per question (mean) and probability that a template answer is correct, per category
 ANSWERS = {"arithmetic": (0.9, 0.8), "units": (0.85, 0.8), "facts": (2.2, 0.6), "code": (3.2, 0.6), "instructions": (2.6, 0.6)}
 
-# draft-junk items per family, as a share of the other items (together ~28% of the dataset), and the chance that
+# draft-junk items per family, as a share of the other items (together ~30% of the dataset), and the chance that
 # a newline / eos / draft item is cut at the empty prefix (the first answer token) when that cut suits it
-JUNK = {"newline": 0.09, "eos": 0.06, "draft": 0.14, "loop": 0.12}
+JUNK = {"newline": 0.07, "eos": 0.05, "draft": 0.21, "loop": 0.09}
 JUNK_EMPTY = 0.25
 SPECIALS = ("<|im_end|>", "<|endoftext|>")  # the target tokenizer turns these strings into its end-of-text ids
 
@@ -844,25 +867,19 @@ def _newline_junk(prefix: str, answer: str) -> bool:
 
 
 def _draft_junk(prefix: str, answer: str, q: Question, texts: list[str], cut: list) -> str | None:
-    """The draft's proposal at this cut as junk text, or None when it is the right token, a whitespace or
-    prefix-compatible variant, or a punctuation mark that may well be fine there."""
+    """The draft's proposal at this cut as junk text, or None when it is the right token, blank or a special
+    token (the newline / eos families cover those), a prefix-compatible variant, or punctuation after a
+    complete answer (in code: punctuation that does not split a name or number)."""
     _, true, d, piece, fits = cut
-    if d == true or not fits or not piece:
-        return None
-    if piece == "<|im_start|>":
-        return piece
-    if piece in SPECIALS:
-        return None if _complete(prefix, answer, q) else piece
-    if not piece.strip():
-        return piece if "\n" in piece and _newline_junk(prefix, answer) else None
+    if d == true or not fits or not piece.strip() or piece.startswith("<|"):
+        return None  # blanks and end-of-text are the newline and eos families
     if _continues(texts, prefix, piece):
         return None
     if piece.lstrip()[0].isalnum():  # a word or digit that no correct answer continues with
         return piece
-    rest = answer[len(prefix):]
-    breaks_word = bool(prefix) and prefix[-1].isalnum() and rest[:1].isalnum()
-    ends_early = piece.strip()[0] in ".!?" and not _complete(prefix, answer, q) and q.category != "code"
-    return piece if breaks_word or ends_early else None
+    if q.category == "code":  # punctuation: junk when it splits a name or number ("(" may start valid syntax anywhere)
+        return piece if prefix[-1:].isalnum() and answer[len(prefix):][:1].isalnum() else None
+    return None if _complete(prefix, answer, q) else piece  # punctuation in prose, before the answer is given
 
 
 def _fits(family: str, prefix: str, answer: str, q: Question, texts: list[str], cut: list) -> bool:

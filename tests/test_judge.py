@@ -20,7 +20,9 @@ from specviz.judge import (
     fold,
     report_markdown,
     roc_auc,
+    sample_weights,
     standardise,
+    token_kinds,
     token_labels,
     train_head,
 )
@@ -63,6 +65,32 @@ def test_token_labels_with_the_offline_tokenizer(bank):
     assert tok.decode(ids[:start]).rstrip().endswith("assistant")  # chat template applied
 
 
+@pytest.mark.slow
+def test_junk_items_label_the_junk_token_with_the_offline_tokenizer(bank):
+    """Every draft-junk item keeps its base answer's tokens before the junk and labels the junk token 0;
+    "<|im_end|>" / "<|endoftext|>" become the special ids."""
+    import json
+
+    from specviz import judge_data as jd
+    from specviz.models import OFFLINE_PRESET, resolve_preset
+
+    tok = bank.tokenizer(resolve_preset(OFFLINE_PRESET).target)
+    specials = {tok.convert_tokens_to_ids(s) for s in jd.SPECIALS}
+    assert specials == {tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")} and len(specials) == 2
+    rows = [json.loads(line) for line in (jd.OUT_DIR / "dataset.jsonl").read_text().splitlines()]
+    by_id = {r["id"]: r for r in rows}
+    junk = [r for r in rows if r["source"] == "junk"]
+    assert junk
+    for r in junk:
+        ids, start, labels = token_labels(tok, r["question"], r["answer"], r["error_at"])
+        assert labels[-1] == 0 and all(labels[:-1]), r
+        base = by_id[r["id"].rsplit("-junk-", 1)[0]]
+        k = len(labels) - 1
+        assert ids[start:start + k] == tok(base["answer"], add_special_tokens=False).input_ids[:k], r
+        if r["answer"][r["error_at"]:] in jd.SPECIALS:
+            assert ids[start + k] in specials, r
+
+
 def _items():
     return [{"id": "a", "category": "x", "question": "q one", "answer": ANSWER, "error_at": 5, "split": "train"},
             {"id": "b", "category": "y", "question": "another q", "answer": "all fine here", "error_at": None, "split": "heldout"}]
@@ -73,7 +101,7 @@ def test_features_are_prenorm_states_at_the_answer_tokens(tiny_target):
     feats = build_features(tiny_target, tok, items)
     assert feats["X"].shape == (6, 64) and feats["X"].dtype == torch.float32
     assert feats["y"].tolist() == [1, 1, 0, 1, 1, 1] and feats["item"].tolist() == [0, 0, 0, 1, 1, 1]
-    assert feats["split"] == ["train"] * 3 + ["heldout"] * 3
+    assert feats["split"] == ["train"] * 3 + ["heldout"] * 3 and feats["sources"] == ["", ""]
     assert feats["target"] == tiny_target.name and feats["hidden_size"] == 64
     ids, start, labels = token_labels(tok, items[0]["question"], ANSWER, 5)
     full = prenorm_states(tiny_target.model, ids)  # the dropped token after the error changes nothing before it
@@ -96,6 +124,28 @@ def test_training_recovers_a_separable_problem_with_imbalance():
     metrics = evaluate(head, Xt, yt)
     assert metrics["auc"] > 0.95 and metrics["negative_detection"]["recall"] > 0.8
     assert head.meta["tokens"] == 3000 and head.meta["negatives"] == int((y == 0).sum())
+
+
+def test_sample_weights_of_junk_first_errors():
+    feats = {"item_ids": ["a-001-0", "a-001-0-junk-eos", "b-002-1-junk-loop"], "sources": ["template", "junk", "junk"]}
+    item, y = torch.tensor([0, 0, 1, 1, 2]), torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0])
+    kinds = token_kinds(feats, item)
+    assert kinds == ["content", "content", "junk:eos", "junk:eos", "junk:loop"]
+    assert token_kinds({"item_ids": feats["item_ids"]}, item) == kinds  # older features: from the ids
+    assert sample_weights(kinds, y, 3.0).tolist() == [1.0, 1.0, 1.0, 3.0, 3.0]
+
+
+def test_sample_weight_shifts_the_head_towards_rejection():
+    X, y = _separable(800, 4, neg_rate=0.2)
+    X = X + torch.randn(X.shape, generator=torch.Generator().manual_seed(5)) * 8  # overlapping classes
+    Z, _, _ = standardise(X)
+    plain = fit_logistic(Z, y, l2=0.1, epochs=100, seed=0)
+    ones = fit_logistic(Z, y, l2=0.1, epochs=100, seed=0, sample_weight=torch.ones(len(y)))
+    torch.testing.assert_close(plain[0], ones[0])
+    assert plain[1] == pytest.approx(ones[1])
+    heavy = train_head(X, y, l2=0.1, epochs=100, sample_weight=torch.where(y < 0.5, 3.0, 1.0))
+    light = train_head(X, y, l2=0.1, epochs=100)
+    assert (heavy.score(X) > 0.5).float().mean() < (light.score(X) > 0.5).float().mean()
 
 
 def test_folding_the_standardisation_is_exact():
@@ -178,6 +228,23 @@ def test_evaluate_counts_and_report():
     assert m["accuracy"] == pytest.approx(0.6) and sum(b["count"] for b in m["calibration"]) == 5
     text = report_markdown(m)
     assert "ROC AUC" in text and text.count("\n| 0.") + text.count("\n| 1.") >= 10
+    assert "by_kind" not in m and "By kind" not in text
+
+
+def test_evaluate_by_kind_of_first_error():
+    head = JudgeHead(torch.tensor([1.0]), 0.0, "toy", 1)
+    X = torch.tensor([[-3.0], [-1.0], [2.0], [4.0], [0.5], [1.0], [-2.0], [3.0]])
+    y = torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    kinds = ["content"] * 5 + ["junk:eos"] * 2 + ["junk:loop"]  # the junk positive (1.0) is not compared
+    m = evaluate(head, X, y, 0.5, kinds)
+    rows = {k["kind"]: k for k in m["by_kind"]}
+    assert list(rows) == ["content", "junk", "junk:eos", "junk:loop"]
+    assert rows["content"]["negatives"] == 2 and rows["content"]["auc"] == pytest.approx(5 / 6)
+    assert rows["content"]["accepted"] == pytest.approx(0.5)
+    assert rows["junk"]["negatives"] == 2 and rows["junk"]["auc"] == pytest.approx(4 / 6) and rows["junk"]["accepted"] == 0.5
+    assert rows["junk:eos"]["auc"] == pytest.approx(1.0) and rows["junk:loop"]["accepted"] == 1.0
+    text = report_markdown(m)
+    assert "By kind of first error" in text and "| junk:loop | 1 | 0.333 | 1.000 |" in text
 
 
 def _cli(*argv):

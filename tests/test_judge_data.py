@@ -1,4 +1,6 @@
-"""The judge-decoding dataset: committed files, error_at semantics, splits, scoring and a deterministic build."""
+"""The judge-decoding dataset: committed files, error_at semantics, splits, scoring, draft junk and a deterministic build.
+
+No model is loaded: the target's answers and the draft's proposals come from their committed caches."""
 
 import json
 import re
@@ -21,6 +23,22 @@ def items():
 
 
 @pytest.fixture(scope="module")
+def real(items):
+    """The items that are not draft junk."""
+    return [i for i in items if i["source"] != "junk"]
+
+
+@pytest.fixture(scope="module")
+def junk(items):
+    return [i for i in items if i["source"] == "junk"]
+
+
+@pytest.fixture(scope="module")
+def proposals():
+    return {(r["question"], r["answer"]): r for r in load(jd.DRAFT_CACHE.name)}
+
+
+@pytest.fixture(scope="module")
 def by_text():
     by = {}
     for q in jd.questions():
@@ -32,19 +50,20 @@ def number_at(text, pos):
     return next(v for p, v in jd.numbers(text) if p == pos)
 
 
-def test_schema_and_counts(items):
-    assert len(items) >= 450
+def test_schema_and_counts(items, real):
+    assert len(real) >= 450
     assert len({i["id"] for i in items}) == len(items)
     for i in items:
         assert set(i) == KEYS
         assert i["category"] in jd.CATEGORIES and i["split"] in ("train", "heldout")
-        assert i["source"] in ("template", "paraphrase", "target")
+        assert i["source"] in ("template", "paraphrase", "target", "junk")
         assert isinstance(i["question"], str) and isinstance(i["answer"], str) and i["answer"]
         assert i["error_at"] is None or (isinstance(i["error_at"], int) and 0 <= i["error_at"] < len(i["answer"]))
-    cats = Counter(i["category"] for i in items)
-    assert all(0.14 < cats[c] / len(items) < 0.26 for c in jd.CATEGORIES), cats
-    assert 0.5 <= sum(i["error_at"] is None for i in items) / len(items) <= 0.6
+    cats = Counter(i["category"] for i in real)
+    assert all(0.14 < cats[c] / len(real) < 0.26 for c in jd.CATEGORIES), cats
+    assert 0.5 <= sum(i["error_at"] is None for i in real) / len(real) <= 0.6
     assert 0.12 < sum(i["split"] == "heldout" for i in items) / len(items) < 0.28
+    assert 0.2 < (len(items) - len(real)) / len(items) <= 0.3
     target = [i for i in items if i["source"] == "target"]
     assert len(target) >= 80 and {i["category"] for i in target} == set(jd.TARGET_CATEGORIES)
     assert all(len(i["answer"]) <= jd.MAX_CHARS and "\n\n" not in i["answer"] for i in target)
@@ -70,7 +89,7 @@ def test_eval_questions(items):
 def test_template_answers_render_the_question(items, by_text):
     """A correct template answer is a phrasing filled with the right values; a wrong one agrees with such a
     rendering up to error_at (up to the blank before it, for an extra word) and differs from it."""
-    for i in (i for i in items if i["source"] != "target"):
+    for i in (i for i in items if i["source"] in ("template", "paraphrase")):
         renders = [p.format(**q.right) for q in by_text[i["question"]] for p in q.phrasings]
         if i["error_at"] is None:
             assert i["answer"] in renders, i
@@ -79,8 +98,8 @@ def test_template_answers_render_the_question(items, by_text):
             assert i["answer"] not in renders and any(r.startswith(prefix) for r in renders), i
 
 
-def test_wrong_number_is_not_in_the_prefix(items, by_text):
-    for i in items:
+def test_wrong_number_is_not_in_the_prefix(real, by_text):
+    for i in real:
         if i["category"] in jd.TARGET_CATEGORIES and i["error_at"] is not None:
             wrong = number_at(i["answer"], i["error_at"])
             prefix = i["answer"][: i["error_at"]]
@@ -91,7 +110,7 @@ def test_wrong_number_is_not_in_the_prefix(items, by_text):
 
 def test_labels_agree_with_is_correct(items, by_text):
     for i in items:
-        if i["category"] in ("arithmetic", "units", "facts") and i["source"] != "target":
+        if i["category"] in ("arithmetic", "units", "facts") and i["source"] in ("template", "paraphrase"):
             expected = list(by_text[i["question"]][0].expected)
             assert jd.is_correct(i["answer"], expected) == (i["error_at"] is None), i
 
@@ -101,8 +120,8 @@ def test_target_labels(items, by_text):
         assert jd.target_error_at(i["answer"], by_text[i["question"]][0]) == i["error_at"]
 
 
-def test_code_errors_start_a_buggy_line(items):
-    for i in (i for i in items if i["category"] == "code"):
+def test_code_errors_start_a_buggy_line(real):
+    for i in (i for i in real if i["category"] == "code"):
         code = re.search(r"```python\n(.*?)\n```", i["answer"], re.S).group(1)
         name = re.match(r"def (\w+)", code).group(1)
         task = next(t for t in jd._CODE if t[1] == name)
@@ -112,8 +131,8 @@ def test_code_errors_start_a_buggy_line(items):
             assert i["answer"][line_start: i["error_at"]].strip() == "" and not i["answer"][i["error_at"]].isspace()
 
 
-def test_no_e_instructions(items):
-    for i in (i for i in items if "letter e" in i["question"]):
+def test_no_e_instructions(real):
+    for i in (i for i in real if "letter e" in i["question"]):
         if i["error_at"] is None:
             assert "e" not in i["answer"].lower()
         else:
@@ -162,9 +181,89 @@ def test_truncate():
     assert len(jd.truncate("word " * 100, finished=True)) <= jd.MAX_CHARS
 
 
+# ----------------------------------------------------------------------------- draft junk
+
+
+def _base(item, items_by_id):
+    base_id, family = item["id"].rsplit("-junk-", 1)
+    return items_by_id[base_id], family
+
+
+def test_junk_counts_and_bases(items, real, junk):
+    by_id = {i["id"]: i for i in items}
+    families = Counter(i["id"].rsplit("-junk-", 1)[1] for i in junk)
+    assert families == {f: round(share * len(real)) for f, share in jd.JUNK.items()}
+    assert len({(i["question"], i["answer"]) for i in junk}) == len(junk)
+    for i in junk:
+        base, _ = _base(i, by_id)
+        assert base["source"] != "junk" and base["error_at"] is None
+        assert (i["question"], i["category"], i["split"]) == (base["question"], base["category"], base["split"])
+        assert i["error_at"] is not None
+    assert {i["split"] for i in junk} == {"train", "heldout"}
+    assert sum(i["error_at"] == 0 for i in junk) >= 10  # the first answer token, where the decode went wrong
+
+
+def _junk_fits(family, prefix, tail, at, cut, answer, q):
+    """``tail`` is junk of ``family`` after ``prefix`` (a cut of ``answer``) with the error at ``at``."""
+    if family == "newline":
+        return tail.startswith("\n") and at == len(prefix) and jd._newline_junk(prefix, answer)
+    if family == "eos":
+        return tail in jd.SPECIALS and at == len(prefix) and not jd._complete(prefix, answer, q)
+    if family == "draft":
+        _, true, draft_id, piece, fits = cut
+        return tail == piece and draft_id != true and fits and bool(piece.strip()) and not piece.startswith("<|")
+    word = re.fullmatch(r"( \w+)\1{2,4}", tail)
+    return bool(word and word.group(1)[1:] == re.findall(r"\w+", prefix)[-1] or re.fullmatch(r"([.!,?])\1{2,5}", tail))
+
+
+def test_junk_follows_a_correct_prefix_cut_at_a_token_boundary(items, junk, proposals, by_text):
+    by_id = {i["id"]: i for i in items}
+    for i in junk:
+        base, family = _base(i, by_id)
+        cuts = {c[0]: c for c in proposals[base["question"], base["answer"]]["cuts"]}
+        text, at = i["answer"], i["error_at"]
+        assert not base["answer"].startswith(text), i
+        # the cut is error_at, or one earlier when error_at skips the blank of a " word" junk
+        fits = [_junk_fits(family, text[:c], text[c:], at, cuts[c], base["answer"], by_text[i["question"]][0])
+                for c in (at, at - 1) if c in cuts and base["answer"].startswith(text[:c]) and (c == at or text[c] == " ")]
+        assert any(fits), i
+
+
+def test_draft_cache_covers_every_correct_answer(real, proposals):
+    correct = {(i["question"], i["answer"]) for i in real if i["error_at"] is None}
+    assert set(proposals) == correct
+    for (_, answer), row in proposals.items():
+        offsets = [c[0] for c in row["cuts"]]
+        assert offsets[0] == 0 and offsets == sorted(set(offsets)) and offsets[-1] < len(answer)
+
+
+def test_junk_rules():
+    q = jd.Question("arithmetic", "What is 6 × 7?", ("The answer is {r}.",), {"r": 42}, (), ("42",))
+    answer = "The answer is 42. Let me know!"
+    assert not jd._complete("The answer is 4", answer, q) and jd._complete("The answer is 42", answer, q)
+    code = jd.Question("code", "f", ("x",), {}, ())
+    assert not jd._complete("```python\ndef f", "```python\ndef f():\n```\nDone.", code)
+    assert jd._complete("```python\ndef f():\n```", "```python\ndef f():\n```\nDone.", code)
+    assert jd._newline_junk("", answer) and jd._newline_junk("The answer", answer)
+    assert not jd._newline_junk("The answer is 42.", answer) and not jd._newline_junk("Here:", "Here:\n1. a")
+    assert not jd._newline_junk("- Tennis", "- Tennis\n- Golf")
+    texts = [answer, "The answer is 42."]
+    assert jd._continues(texts, "The answer is ", "4") and jd._continues(texts, "The", " answer")
+    assert not jd._continues(texts, "The answer", " the")
+    cut = lambda piece, true=0, fits=True: [0, true, 7, piece, fits]  # noqa: E731
+    assert jd._draft_junk("The answer", answer, q, texts, cut(" the")) == " the"
+    assert jd._draft_junk("The answer is 4", answer, q, texts, cut(".")) == "."  # cuts the number short
+    assert jd._draft_junk("The answer is 42", answer, q, texts, cut(",")) is None  # after the answer: may be fine
+    assert jd._draft_junk("The answer", answer, q, texts, cut("\n")) is None  # the newline family's job
+    assert jd._draft_junk("The answer", answer, q, texts, cut("<|im_end|>")) is None  # the eos family's job
+    assert jd._draft_junk("The answer", answer, q, texts, cut(" the", fits=False)) is None
+    assert jd._draft_junk("The answer", answer, q, texts, cut(" the", true=7)) is None
+
+
 def test_build_is_deterministic_and_matches_the_committed_files(tmp_path, monkeypatch):
     monkeypatch.setattr(jd, "generate_target", lambda texts: pytest.fail(f"would ask the target about {len(texts)} questions"))
+    monkeypatch.setattr(jd, "draft_proposals_of", lambda pairs: pytest.fail(f"would ask the draft about {len(pairs)} answers"))
     for run in ("a", "b"):
-        jd.build(tmp_path / run, target_cache=jd.TARGET_CACHE)
+        jd.build(tmp_path / run, target_cache=jd.TARGET_CACHE, draft_cache=jd.DRAFT_CACHE)
     for name in ("dataset.jsonl", "eval_questions.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes() == (jd.OUT_DIR / name).read_bytes()
