@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
-STEPS=${STEPS:-"predictor standard policies chains judge advisor"}
+STEPS=${STEPS:-"predictor standard policies chains judge judge-overhead advisor ui"}
 export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
@@ -17,6 +17,8 @@ for step in $STEPS; do
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/policies ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
     judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
+    judge-overhead) $PY scripts/measure_judge_overhead.py ;;
+    ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure.txt ;;
     advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -1,0 +1,46 @@
+"""What judge decoding adds to a verify step: the pre-norm capture hook and the 577-parameter head, timed
+against the same verify forward without them (interleaved, medians). Writes results/judge_overhead.md."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from specviz.config import DecodeConfig  # noqa: E402
+from specviz.judge import JudgeHead, default_head_path  # noqa: E402
+from specviz.runner import ModelBank, prepare  # noqa: E402
+
+REPEATS, GAMMA = 200, 4
+
+
+def main() -> None:
+    run = prepare(DecodeConfig(method="ar", max_new_tokens=8), "Explain why the sky is blue.", ModelBank())
+    target, lm = run.target, run.target.lm
+    head = JudgeHead.load(default_head_path(lm.name), lm.name, lm.model.config.hidden_size)
+    tokens = run.prompt_ids + [42] * GAMMA
+    target.prefill(run.prompt_ids)
+    plain, judged = [], []
+    for i in range(REPEATS):
+        for capture in ((False, True) if i % 2 else (True, False)):
+            start = time.perf_counter()
+            target.forward(tokens, keep=GAMMA + 1, capture=capture)
+            if capture:
+                head.score(target.prenorm[1:]).tolist()
+            (judged if capture else plain).append(time.perf_counter() - start)
+    base, extra = statistics.median(plain), statistics.median(judged) - statistics.median(plain)
+    line = (f"Verify forward of {GAMMA + 1} tokens on `{lm.name}` ({torch.get_num_threads()} threads, {REPEATS} interleaved "
+            f"repeats): median {1e3 * base:.2f} ms plain, {1e3 * (base + extra):.2f} ms with the pre-norm capture and the judge "
+            f"head → the judge adds {1e3 * extra:.3f} ms = {100 * extra / base:.2f} % of verify time.")
+    reproduce = "Reproduce: `.venv/bin/python scripts/measure_judge_overhead.py`"
+    Path("results/judge_overhead.md").write_text(f"# Judge overhead\n\n{line}\n\n{reproduce}\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
