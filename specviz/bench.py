@@ -86,6 +86,16 @@ def policy_configs(max_new_tokens: int, draft: str = "draft-s") -> list[BenchCon
             BenchConfig("online draft-m", sd("online", name="draft-m")), BenchConfig("online ngram", sd("online", name="ngram"))]
 
 
+def selection_configs(max_new_tokens: int) -> list[BenchConfig]:
+    """Per-step draft selection against each of its candidates used alone, all with the online γ policy."""
+    def online(**kw) -> DecodeConfig:
+        return DecodeConfig(method="sd", gamma_policy="online", max_new_tokens=max_new_tokens, **kw)
+
+    return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+            *[BenchConfig(f"online {d}", online(draft=d)) for d in ("draft-s", "draft-m", "ngram")],
+            BenchConfig("online + select(draft-s, draft-m, ngram)", online(select=["draft-s", "draft-m", "ngram"]))]
+
+
 def chain_configs(max_new_tokens: int, mu: int = 4, level_gamma: int = 3) -> list[BenchConfig]:
     """AR, plain SD with each draft, and 3- and 4-level chains; ``extra["base"]`` names the row the chain
     extends by one inserted level, for Theorem 3.2's verdict."""
@@ -117,7 +127,8 @@ def judge_configs(max_new_tokens: int, draft: str = "draft-s", gamma: int = 4) -
 
 
 CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs,
-                                                              "chains": chain_configs, "judge": judge_configs}
+                                                              "chains": chain_configs, "judge": judge_configs,
+                                                              "selection": selection_configs}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:

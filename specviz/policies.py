@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .drafters import Drafter, StopRule, lookup_continuation
@@ -240,6 +241,34 @@ POLICIES = {p.name: p for p in (LengthPolicy, FSMPolicy, CacheFSMPolicy, OnlineP
 
 def make_policy(name: str, gamma: int) -> LengthPolicy:
     return POLICIES[name](gamma) if name != "confidence" else ConfidencePolicy()
+
+
+class PerDrafterPolicy(LengthPolicy):
+    """One length policy per drafter, built on first use, so that with draft selection each drafter's γ
+    is learnt from its own steps only (a shared history would mix an n-gram's acceptance with a model's)."""
+
+    def __init__(self, make: Callable[[], LengthPolicy]):
+        self.make, self.policies = make, {}
+        self.current: LengthPolicy | None = None
+
+    @property
+    def name(self) -> str:
+        return self.current.name if self.current else "per-drafter"
+
+    @property
+    def stop_rule(self) -> StopRule | None:
+        return self.current.stop_rule if self.current else None
+
+    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+        self.current = self.policies.setdefault(drafter.name, self.make())
+        return self.current.choose(drafter, tokens)
+
+    def observe(self, event) -> None:
+        if event.drafter in self.policies:
+            self.policies[event.drafter].observe(event)
+
+    def explain(self) -> dict | None:
+        return self.current.explain() if self.current else None
 
 
 class FirstDraft:

@@ -25,7 +25,7 @@ from .models import (
     resolve_preset,
     shared_vocab_size,
 )
-from .policies import FirstDraft, OnlineSelector, make_policy
+from .policies import FirstDraft, OnlineSelector, PerDrafterPolicy, make_policy
 from .predictor import AcceptancePredictor
 from .sampling import Sampler
 from .theory import run_theory
@@ -66,12 +66,13 @@ class PreparedRun:
     rule: ExactRule
 
     def events(self) -> Iterator[StepEvent]:
-        selector = FirstDraft()
+        selector, policy = FirstDraft(), make_policy(self.config.gamma_policy, self.config.gamma)
         if len(self.drafters) > 1:
             predictor = AcceptancePredictor.load()
             selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
+            policy = PerDrafterPolicy(lambda: make_policy(self.config.gamma_policy, self.config.gamma))
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
-                      policy=make_policy(self.config.gamma_policy, self.config.gamma), selector=selector, sampler=self.sampler,
+                      policy=policy, selector=selector, sampler=self.sampler,
                       max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)
 
 

@@ -157,3 +157,17 @@ def test_selector_is_lossless(tiny_target, tiny_draft):
                          selector=OnlineSelector(explore=2), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
     assert {e.drafter for e in events} >= {d.name for d in drafters}
+
+
+def test_per_drafter_policy_learns_each_drafter_separately():
+    from types import SimpleNamespace
+
+    from specviz.policies import FSMPolicy, PerDrafterPolicy
+
+    policy = PerDrafterPolicy(lambda: FSMPolicy(4))
+    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    assert policy.choose(a, []) == 4 and policy.choose(b, []) == 4
+    full = SimpleNamespace(drafter="a", draft_ids=[1, 2, 3, 4], accepted=4)
+    policy.observe(full)
+    assert policy.choose(a, []) == 5 and policy.choose(b, []) == 4  # b never saw a's step
+    assert policy.explain()["policy"] == "fsm"
