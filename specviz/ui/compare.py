@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import statistics
 import tempfile
@@ -51,6 +52,7 @@ def comparison_presets(preset: str) -> dict[str, list[list]]:
         "γ sweep (2, 4, 8)": [row(f"{d} γ=2", g=2), row(f"{d} γ=4"), row(f"{d} γ=8", g=8)],
         "fixed vs adaptive γ (online)": [row("fixed γ=4"), row("online γ", policy="online")],
         "exact vs judge acceptance": [row("exact"), row("judge δ=0.5", accept="judge")],
+        "plain SD vs polybasic chain": [row(f"{d} γ=4"), row(f"ngram→{d} chain", f"ngram,{d}")] if d != "ngram" else first,
     }
 
 
@@ -73,8 +75,10 @@ def parse_table(table, preset: str, sampling: dict) -> list[tuple[str, DecodeCon
     for i, row in df.iterrows():
         if all(_cell(row, c, None) is None for c in CONFIG_COLUMNS):
             continue
+        draft = str(_cell(row, "draft", default_draft(preset)))
+        chain = [n.strip() for n in re.split(r"[,→]", draft) if n.strip()] if re.search(r"[,→]", draft) else None
         try:
-            config = make_config(preset=preset, method=_cell(row, "method", "sd"), draft=_cell(row, "draft", default_draft(preset)),
+            config = make_config(preset=preset, method=_cell(row, "method", "sd"), draft=None if chain else draft, chain=chain,
                                  gamma=_cell(row, "γ", 4), gamma_policy=_cell(row, "γ policy", "fixed"),
                                  accept=_cell(row, "accept", "exact"), judge_threshold=_cell(row, "δ", 0.5),
                                  lenience=_cell(row, "lenience", 1.0), topk=_cell(row, "top-k", 5), **sampling)
@@ -269,7 +273,8 @@ def export(comp: Comparison, sampling: dict, preset: str) -> tuple[Path, Path]:
             for rec in comp.rounds[label]:
                 c = rec["config"]
                 for e in rec["events"]:
-                    w.writerow([label, rec["round"], rec["order"], c["method"], c["draft"], c["gamma"], c["gamma_policy"], c["accept"],
+                    draft = c["draft"] or ",".join(c["chain"])
+                    w.writerow([label, rec["round"], rec["order"], c["method"], draft, c["gamma"], c["gamma_policy"], c["accept"],
                                 e["step"], e["drafter"], e["gamma"], len(e["draft_ids"]), e["accepted"], len(e["emitted_ids"]),
                                 " ".join(e["accept_reasons"]), round(e["draft_ms"], 3), round(e["verify_ms"], 3),
                                 round(e["overhead_ms"], 3), round(e["total_ms"], 3), round(e["elapsed_ms"], 3)])
@@ -331,8 +336,9 @@ def build_compare_tab(session: gr.State) -> None:
                 temperature, top_p, seed, chat = sampling_controls("compare")
             rounds = gr.Slider(1, 5, value=1, step=1, label="Rounds (order rotated each round; metrics are medians)")
     gr.Markdown("**Configurations** (2–4 rows; edit cells, add or delete rows). method: `sd` | `ar`; draft: a draft of the preset, "
-                "`ngram`, a hub id or a local dir; γ policy: `fixed` (others coming later); accept: `exact` (judge, lenient, topk "
-                "coming later). The AR baseline always runs too.")
+                "`ngram`, a hub id, a local dir, or a polybasic chain fastest first (`ngram,draft-s`; the target verifies last); "
+                "γ policy: `fixed` `fsm` `cache-fsm` `online` `rl` `hf-heuristic` `confidence`; accept: `exact` `judge` (δ) "
+                "`lenient` (lenience) `topk` (top-k). The AR baseline always runs too.")
     with gr.Row():
         loader = gr.Dropdown(list(comparison_presets("smollm2-offline")), value=None, label="Load a ready-made comparison", scale=1)
     table = gr.Dataframe(default_table(preset.value), headers=CONFIG_COLUMNS, interactive=True,

@@ -189,3 +189,22 @@ def test_closing_the_stream_stops_the_worker():
     time.sleep(0.2)
     assert len(produced) == count
     assert not any(t.name == "specviz-decode" and t.is_alive() for t in threading.enumerate())
+
+
+SAMPLING = {"temperature": 0.0, "top_p": 1.0, "seed": 0, "max_new_tokens": 16}
+
+
+def test_compare_table_reads_chains_and_every_rule():
+    from specviz.ui.compare import CONFIG_COLUMNS, comparison_presets, parse_table
+
+    table = [["plain", "sd", "draft-s", 4, "online", "exact", 0.5, 1.0, 5],
+             ["chain", "sd", "ngram, draft-s", 4, "fixed", "judge", 0.7, 1.0, 5],
+             ["arrow", "sd", "ngram→draft-m", 3, "fsm", "topk", 0.5, 1.0, 9]]
+    configs = dict(parse_table(table, "smollm2-offline", SAMPLING))
+    assert configs["plain"].draft == "draft-s" and not configs["plain"].chain
+    assert configs["chain"].chain == ["ngram", "draft-s"] and configs["chain"].draft is None and configs["chain"].judge_threshold == 0.7
+    assert configs["arrow"].chain == ["ngram", "draft-m"] and configs["arrow"].topk == 9
+    with pytest.raises(ConfigError, match="row 1.*n-gram drafter can only be the first"):
+        parse_table([["bad", "sd", "draft-s,ngram", 4, "fixed", "exact", 0.5, 1.0, 5]], "smollm2-offline", SAMPLING)
+    for rows in comparison_presets("smollm2-offline").values():
+        assert len(parse_table(rows, "smollm2-offline", SAMPLING)) == len(rows) and len(rows[0]) == len(CONFIG_COLUMNS)
