@@ -8,13 +8,14 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
-STEPS=${STEPS:-"predictor standard policies chains judge judge-overhead advisor ui"}
+STEPS=${STEPS:-"predictor standard policies selection chains judge judge-overhead advisor ui"}
 export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
     predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-16}" ;;
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/bench ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/policies ;;
+    selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/selection ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
     judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
     judge-overhead) $PY scripts/measure_judge_overhead.py ;;
