@@ -55,7 +55,8 @@ def measure_pairs(preset: str, bank: ModelBank, prompts: list[str], gamma: int, 
         verify, draft, lengths = [], [], []
         for run in runs.values():
             events = list(decode(CachedModel(models[verifier], vocab), run.prompt_ids, drafters=[drafter(name)] if name else [],
-                                 policy=LengthPolicy(gamma), sampler=Sampler(), max_new_tokens=max_new_tokens))
+                                 policy=LengthPolicy(gamma), sampler=Sampler(), max_new_tokens=max_new_tokens,
+                                 stop_ids=run.stop_ids))
             levels = run_theory(events)["levels"]
             verify.append(levels[0]["T_ms"])
             draft.append(levels[-1]["T_ms"] if name else 0.0)
