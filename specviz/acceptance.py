@@ -71,8 +71,8 @@ class ExactRule:
             return Verdict(0, int(sampler.pick(logits[0], p[0])), [])
         gamma = len(draft.ids)
         ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)
-        best = logits.argmax(-1)
         if sampler.greedy:
+            best = logits.argmax(-1)
             c = Checked(ids, logits[:gamma], p[:gamma], None, None, states)
             exact = ids == best[:gamma]
         else:

@@ -253,6 +253,11 @@ def theory_table(rows: list[dict], labels: list[str]) -> list[dict]:
     return out
 
 
+def _level_mean(runs: list[list[dict]], index: int, key: str) -> float:
+    """Mean of one level's ``key`` over runs (each run's levels top first)."""
+    return statistics.mean(levels[index][key] for levels in runs)
+
+
 def insertion_table(rows: list[dict], configs: list[BenchConfig]) -> list[dict]:
     """Theorem 3.2 for every chain that extends a base row by one level: the verdict from mean T / L
     against the measured sign (median per-prompt tok/s ratio)."""
@@ -267,10 +272,9 @@ def insertion_table(rows: list[dict], configs: list[BenchConfig]) -> list[dict]:
         base_names = [lv["name"] for lv in json.loads(next(iter(base_rows.values()))["levels"])]
         names = [lv["name"] for lv in new_levels[0]]
         i = next(k for k, name in enumerate(names) if name not in base_names)  # the inserted level
-        mean = lambda key, k, lvs: statistics.mean(x[k][key] for x in lvs)  # noqa: E731
         l_before = statistics.mean(json.loads(base_rows[r["prompt_id"]]["levels"])[i - 1]["L"] for r in new_rows)
-        t_new, t_i = mean("T_ms", i, new_levels), mean("T_ms", i - 1, new_levels)
-        l_new, l_after = mean("L", i, new_levels), mean("L", i - 1, new_levels)
+        t_new, t_i = _level_mean(new_levels, i, "T_ms"), _level_mean(new_levels, i - 1, "T_ms")
+        l_new, l_after = _level_mean(new_levels, i, "L"), _level_mean(new_levels, i - 1, "L")
         helps = insertion_helps(t_new, t_i, l_new, l_before, l_after)
         ratio = statistics.median(r["tokens_per_s"] / base_rows[r["prompt_id"]]["tokens_per_s"] for r in new_rows)
         out.append({"insertion": f"{names[i]} below {names[i - 1]} ({base} → {cfg.label})", "T_new/T_i": t_new / t_i,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .models import OFFLINE_PRESET
+from .models import NGRAM_DRAFT, OFFLINE_PRESET
 
 METHODS = ("ar", "sd")
 GAMMA_POLICIES = ("fixed", "fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
@@ -75,7 +75,7 @@ class DecodeConfig:
             raise ConfigError("--chain replaces the draft: use it with --method sd and without --draft or --select")
         if len(self.chain) < 2 or len(set(self.chain)) != len(self.chain):
             raise ConfigError("--chain needs at least two different models, fastest first (the target verifies last)")
-        if "ngram" in self.chain[1:]:
+        if NGRAM_DRAFT in self.chain[1:]:
             raise ConfigError("--chain: the n-gram drafter can only be the first (fastest) level: it cannot verify")
 
     def to_dict(self) -> dict:
