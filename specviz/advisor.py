@@ -13,7 +13,6 @@ import itertools
 import statistics
 from dataclasses import dataclass
 
-from .bench import load_suite
 from .cache import CachedModel
 from .config import DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
@@ -22,6 +21,7 @@ from .models import NGRAM_DRAFT, resolve_preset
 from .policies import LengthPolicy
 from .runner import ModelBank, prepare
 from .sampling import Sampler
+from .suites import load_suite
 from .theory import run_theory
 
 TARGET = "target"

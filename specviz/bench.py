@@ -17,35 +17,16 @@ import torch
 from .config import DecodeConfig
 from .judge_data import is_correct
 from .metrics import summarize
-from .models import ASSETS, NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
+from .models import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
 from .policies import History, record_of
 from .predictor import AcceptancePredictor, fit_weights, prompt_features
 from .quality import quality_table, speed_quality_svg, target_logprob
 from .runner import ModelBank, prepare
+from .suites import load_suite
 from .theory import insertion_helps, run_theory
 from .train import build_instructions
 
-PROMPTS = ASSETS / "prompts"
-EVAL_QUESTIONS = ASSETS / "judge" / "eval_questions.jsonl"
 SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
-
-
-def load_suite(suite: str = "all", per_category: int = 0) -> list[dict]:
-    """Prompts of the evaluation suites: all categories, a comma-separated subset, or ``judge-eval`` (the
-    held-out verifiable questions, with their expected answers)."""
-    if suite == "judge-eval":
-        rows = [json.loads(line) for line in EVAL_QUESTIONS.read_text().splitlines() if line.strip()]
-        if per_category:
-            rows = [r for i, r in enumerate(rows) if sum(x["category"] == r["category"] for x in rows[:i]) < per_category]
-        return [{**r, "prompt": r["question"]} for r in rows]
-    files = sorted(PROMPTS.glob("*.jsonl"))
-    wanted = None if suite == "all" else set(suite.split(","))
-    items = []
-    for f in files:
-        if wanted is None or f.stem in wanted:
-            rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-            items += rows[:per_category] if per_category else rows
-    return items
 
 
 @dataclass

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .models import ASSETS, GGUF_SOURCE, load_model, load_tokenizer
+from .suites import evaluation_texts
 
 RECIPE = ASSETS / "distill" / "recipe.json"
 
@@ -33,21 +34,35 @@ RECIPE = ASSETS / "distill" / "recipe.json"
 def build_instructions(n: int, seed: int, passages: list[str] = ()) -> list[str]:
     """``n`` varied instructions from the recipe; ``passages`` feed the summary templates."""
     recipe = json.loads(RECIPE.read_text())
+    held_out = evaluation_texts()
     rng = random.Random(seed)
     out = []
     while len(out) < n:
         kind = rng.random()
         if kind < 0.12:
             a, b = rng.randint(2, 40), rng.randint(2, 12)
-            out.append(rng.choice(recipe["math_templates"]).format(name=rng.choice(recipe["names"]), a=a, b=b, c=a + rng.randint(5, 60)))
+            text = rng.choice(recipe["math_templates"]).format(name=rng.choice(recipe["names"]), a=a, b=b, c=a + rng.randint(5, 60))
         elif kind < 0.24:
-            out.append(rng.choice(recipe["code_templates"]).format(task=rng.choice(recipe["code_tasks"])))
+            text = rng.choice(recipe["code_templates"]).format(task=rng.choice(recipe["code_tasks"]))
         elif kind < 0.32 and passages:
-            out.append(rng.choice(recipe["summary_templates"]).format(passage=rng.choice(passages)))
+            text = rng.choice(recipe["summary_templates"]).format(passage=rng.choice(passages))
         else:
             topic, topic2 = rng.sample(recipe["topics"], 2)
-            out.append(rng.choice(recipe["templates"]).format(topic=topic, topic2=topic2))
+            text = rng.choice(recipe["templates"]).format(topic=topic, topic2=topic2)
+        if text.strip() not in held_out:
+            out.append(text)
     return out
+
+
+def without_evaluation_prompts(items: list, tok) -> list:
+    """Drop answers whose instruction is an evaluation prompt (shards made before the recipe excluded them)."""
+    held_out = evaluation_texts()
+
+    def leaked(prompt_ids) -> bool:
+        text = tok.decode(prompt_ids.tolist(), skip_special_tokens=True)
+        return any(h in text for h in held_out)
+
+    return [item for item in items if not leaked(item[0])]
 
 
 class TopKRecorder:
@@ -169,20 +184,28 @@ def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: floa
         seed: int, minutes: float) -> None:
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    items = load_data(data)
+    tok = load_tokenizer(GGUF_SOURCE)
+    items = without_evaluation_prompts(load_data(data), tok)
     held = items[: max(8, len(items) // 50)]
     train = items[len(held):]
+    if len(train) < batch:
+        raise SystemExit(f"{len(train)} training answers in {data}: fewer than one batch of {batch}; generate more with `data`")
     target = load_model(GGUF_SOURCE, dtype=torch.float32).model
     draft = make_draft(width, layers, heads, target)
     del target
-    tok = load_tokenizer(GGUF_SOURCE)
     n_tokens = sum(len(a) for _, a, _, _ in train)
-    steps = int(epochs * len(train) / batch)
+    steps = max(1, int(epochs * len(train) / batch))
     print(f"{len(train)} answers, {n_tokens} answer tokens; {sum(p.numel() for p in draft.parameters())} params; {steps} steps", flush=True)
     opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * (1 + math.cos(math.pi * min(1.0, s / steps))) / 2)
     start, step = time.time(), 0
+
+    def lr_scale(s: int) -> float:
+        # cosine over whichever budget runs out first, so a time-capped run still anneals
+        progress = min(1.0, max(s / steps, (time.time() - start) / (minutes * 60)))
+        return min(1.0, (s + 1) / warmup) * (1 + math.cos(math.pi * progress)) / 2
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_scale)
     while step < steps and (time.time() - start) < minutes * 60:
         for rows in _batches(train, batch, rng):
             x, ti, tp = _collate(rows, max_len, tok.pad_token_id)

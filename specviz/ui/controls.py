@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from .. import config as engine_config
-from ..bench import load_suite
 from ..config import MAX_GAMMA, ConfigError
 from ..models import PRESETS, ModelLoadError, resolve_draft, resolve_preset
+from ..suites import load_suite
 from .bank import default_draft, default_preset, draft_choices
 from .render import status_html
 from .state import make_config

@@ -1,0 +1,138 @@
+"""The benchmark's tables, suites and configuration sets on hand-made rows (no model runs)."""
+
+import csv
+import json
+import math
+
+import pytest
+
+from specviz.bench import (
+    CONFIG_SETS,
+    BenchConfig,
+    markdown,
+    summary_table,
+    theory_columns,
+    write_results,
+)
+from specviz.config import DecodeConfig
+
+NAN = float("nan")
+
+
+def bench_row(config, prompt_id, tokens_per_s, speedup, accept_len=NAN, accept_rate=NAN, same=True, ms=(0.0, 0.0, 0.0),
+              overhead_frac=NAN, positions=(), category="chat"):
+    """One row as ``run_benchmark`` writes it (hf-assisted rows have NaN acceptance and zero phase timers)."""
+    return {"prompt_id": prompt_id, "category": category, "config": config, "new_tokens": 32, "wall_s": 1.0,
+            "tokens_per_s": tokens_per_s, "speedup": speedup, "mean_accept_len": accept_len, "accept_rate": accept_rate,
+            "same_tokens_as_ar": same, "draft_ms": ms[0], "verify_ms": ms[1], "overhead_ms": ms[2],
+            "engine_overhead_frac": overhead_frac, "per_position_accept": json.dumps(list(positions)),
+            **theory_columns(None), "target_logprob": NAN, "correct": ""}
+
+
+ROWS = [
+    bench_row("ar", "p1", 10.0, 1.0, 1.0, 0.0, ms=(0, 90, 10), overhead_frac=0.1),
+    bench_row("ar", "p2", 20.0, 1.0, 1.0, 0.0, ms=(0, 180, 20), overhead_frac=0.1),
+    bench_row("ar", "p3", 30.0, 1.0, 1.0, 0.0, ms=(0, 270, 30), overhead_frac=0.1, category="math"),
+    bench_row("sd", "p1", 15.0, 1.5, 3.0, 0.5, ms=(20, 60, 20), overhead_frac=0.2, positions=[0.8, 0.6, 0.4]),
+    bench_row("sd", "p2", 50.0, 2.5, 4.0, 0.75, same=False, ms=(30, 60, 10), overhead_frac=0.3, positions=[1.0]),
+    bench_row("sd", "p3", 36.0, 1.2, 2.0, 0.25, ms=(10, 30, 10), overhead_frac=0.1, positions=[0.6, 0.2], category="math"),
+    bench_row("hf", "p1", 12.0, 1.2),
+    bench_row("hf", "p2", 22.0, 1.1, same=False),
+    bench_row("hf", "p3", 40.0, 4 / 3, category="math"),
+]
+
+
+def test_summary_table_aggregates_each_configuration_by_hand():
+    ar, sd, hf = summary_table(ROWS, ["ar", "sd", "hf"])
+    assert [r["config"] for r in (ar, sd, hf)] == ["ar", "sd", "hf"]
+    assert sd["tok/s (median)"] == 36.0 and sd["speedup vs ar (median)"] == 1.5
+    assert sd["mean accepted len"] == pytest.approx(3.0) and sd["accept rate"] == pytest.approx(0.5)
+    # position i averages the runs that drafted that deep: (0.8 + 1.0 + 0.6) / 3, (0.6 + 0.2) / 2, 0.4 / 1
+    assert sd["per-position accept"] == "0.80 0.40 0.40"
+    assert sd["draft/verify/other %"] == "24/60/16"  # of 250 ms: 60 / 150 / 40
+    assert sd["engine overhead %"] == pytest.approx(20.0)
+    assert sd["same tokens as AR"] == "2/3"
+    assert ar["draft/verify/other %"] == "0/90/10" and ar["accept rate"] == 0.0 and ar["per-position accept"] == ""
+    assert ar["same tokens as AR"] == "3/3"
+
+
+def test_summary_table_of_untimed_rows_without_acceptance():
+    (hf,) = summary_table(ROWS, ["hf"])
+    assert hf["speedup vs hf (median)"] == pytest.approx(1.2)  # the first label is the reference column's name
+    assert math.isnan(hf["mean accepted len"]) and math.isnan(hf["accept rate"])  # NaN rows are skipped, not averaged
+    assert hf["draft/verify/other %"] == "n/a" and math.isnan(hf["engine overhead %"])
+    assert hf["same tokens as AR"] == "2/3"
+
+
+def test_summary_table_skips_only_the_nan_rows_when_averaging_acceptance():
+    rows = [bench_row("x", "p1", 10.0, 1.0, 2.0, 0.4, ms=(1, 1, 1)), bench_row("x", "p2", 10.0, 1.0, ms=(1, 1, 1)),
+            bench_row("x", "p3", 10.0, 1.0, 4.0, 0.6, ms=(1, 1, 1))]
+    (x,) = summary_table(rows, ["x"])
+    assert x["mean accepted len"] == pytest.approx(3.0) and x["accept rate"] == pytest.approx(0.5)
+
+
+def test_markdown_renders_a_pipe_table():
+    text = markdown([{"config": "ar", "tok/s": 10.0, "n": 3, "ok": True}, {"config": "sd", "tok/s": 12.3456, "n": 4, "ok": False}])
+    assert text.splitlines() == ["| config | tok/s | n | ok |", "|---|---|---|---|", "| ar | 10.00 | 3 | True |",
+                                 "| sd | 12.35 | 4 | False |"]
+
+
+def test_markdown_of_a_summary_table_has_one_line_per_configuration():
+    lines = markdown(summary_table(ROWS, ["ar", "sd", "hf"])).splitlines()
+    assert len(lines) == 2 + 3
+    assert all(line.count("|") == 10 for line in lines)  # nine columns
+    assert lines[3].startswith("| sd | 36.00 | 1.50 | 3.00 | 0.50 | 0.80 0.40 0.40 | 24/60/16 | 20.00 | 2/3 |")
+    assert "| nan |" in lines[4] and "| n/a |" in lines[4]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_SETS))
+def test_config_sets_have_unique_labels_and_valid_configs(name):
+    configs = CONFIG_SETS[name](48)
+    labels = [c.label for c in configs]
+    assert len(set(labels)) == len(labels)
+    for c in configs:
+        c.decode.validate()
+        assert c.decode.max_new_tokens == 48
+
+
+@pytest.mark.parametrize("name", sorted(set(CONFIG_SETS) - {"judge"}))
+def test_config_sets_put_ar_first_and_only_once(name):
+    configs = CONFIG_SETS[name](48)
+    assert configs[0].label == "ar" and configs[0].decode.method == "ar" and not configs[0].hf_assisted
+    assert all(c.decode.method == "sd" for c in configs[1:])
+
+
+def test_judge_set_is_referenced_to_exact_sd_and_scores_quality():
+    configs = CONFIG_SETS["judge"](48)
+    assert configs[0].label == "exact" and configs[0].decode.accept == "exact" and configs[0].decode.method == "sd"
+    assert all(c.quality for c in configs)
+    assert {c.decode.accept for c in configs[1:]} == {"judge", "lenient", "topk"}
+
+
+def test_chain_bases_name_an_earlier_row_one_level_shorter():
+    configs = CONFIG_SETS["chains"](48)
+    drafts = {c.label: set(c.decode.chain or [c.decode.draft]) for c in configs if c.decode.method == "sd"}
+    seen = set()
+    for c in configs:
+        base = c.extra.get("base")
+        if base:  # the base row's drafts plus exactly one inserted level
+            assert base in seen and drafts[base] < drafts[c.label] and len(drafts[c.label] - drafts[base]) == 1
+        seen.add(c.label)
+    assert any(c.extra.get("base") for c in configs)
+
+
+def test_write_results_writes_the_csv_and_per_category_tables(tmp_path):
+    configs = [BenchConfig(label, DecodeConfig(method="ar" if label == "ar" else "sd", draft=None if label == "ar" else "draft-s"))
+               for label in ("ar", "sd", "hf")]
+    out = tmp_path / "bench" / "run"
+    write_results(ROWS, configs, out, 32)
+    with open(out.with_suffix(".csv")) as f:
+        back = list(csv.DictReader(f))
+    assert [r["config"] for r in back] == [r["config"] for r in ROWS] and list(back[0]) == list(ROWS[0])
+    md = out.with_suffix(".md").read_text()
+    assert "3 prompts" in md
+    overall = md.split("## Overall")[1].split("## ")[0]
+    assert markdown(summary_table(ROWS, ["ar", "sd", "hf"])) in overall
+    math_rows = [r for r in ROWS if r["category"] == "math"]
+    assert markdown(summary_table(math_rows, ["ar", "sd", "hf"])) in md.split("## math")[1]
+    assert "## chat" in md and "Theory" not in md and "Speed and quality" not in md
