@@ -287,23 +287,34 @@ class FirstDraft:
 
 
 class OnlineSelector(FirstDraft):
-    """Pick the drafter with the best predicted throughput max_γ G(γ) from its own history (their
-    draft-model selection); drafters without ``explore`` steps of history are tried first, in the order of
-    their ``priors`` (per-drafter acceptance predicted from prompt features), which also stand in for Acc
-    until a drafter has history."""
+    """Pick the drafter with the best predicted throughput max_γ G(γ) (their draft-model selection).
+
+    Acceptance per drafter is the censored MLE over its own last ``h`` steps, shrunk towards its ``prior``
+    (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations; the target's
+    verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
+    (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
+    known once it has drafted."""
 
     name = "online-select"
 
-    def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 3, gamma_max: int = GAMMA_MAX,
-                 priors: dict[str, float] | None = None):
+    def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = GAMMA_MAX,
+                 priors: dict[str, float] | None = None, prior_weight: float = 2.0):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
-        self.explore, self.gamma_max, self.priors = explore, gamma_max, priors or {}
+        self.verify = History(h, acc_max)
+        self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
         self.why: dict = {}
 
+    def acceptance(self, name: str) -> float | None:
+        steps = self.histories[name].drafted()
+        accepted = sum(s.accepted for s in steps)
+        trials = accepted + sum(s.accepted < s.gamma for s in steps)
+        prior = self.priors.get(name)
+        if prior is not None:
+            accepted, trials = accepted + self.prior_weight * prior, trials + self.prior_weight
+        return min(self.histories[name].acc_max, accepted / trials) if trials else None
+
     def predicted(self, drafter: Drafter) -> float | None:
-        hist = self.histories[drafter.name]
-        acc = hist.acceptance() if len(hist.drafted()) >= self.explore else self.priors.get(drafter.name)
-        a_q, b_p = hist.draft_ms_per_token(), hist.verify_model()
+        acc, a_q, b_p = self.acceptance(drafter.name), self.histories[drafter.name].draft_ms_per_token(), self.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             return None
         return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
@@ -316,13 +327,15 @@ class OnlineSelector(FirstDraft):
             return fresh[0]
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
-        self.why = {"selector": self.name, "drafter": best.name, "pred_tok_s": scores, "reason": "best predicted tokens/s"}
+        self.why = {"selector": self.name, "drafter": best.name, "pred_tok_s": scores,
+                    "acc": {d.name: self.acceptance(d.name) for d in drafters}, "reason": "best predicted tokens/s"}
         return best
 
     def observe(self, event) -> None:
+        rec = record_of(event)
+        self.verify.add(rec)
         if event.draft_ids:
-            self.histories[event.drafter].add(record_of(event))
+            self.histories[event.drafter].add(rec)
 
     def explain(self) -> dict:
         return self.why
-

@@ -142,6 +142,28 @@ def test_selector_explores_then_exploits():
     assert picks[4:] == ["b"] * 4
 
 
+def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prior():
+    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    sel = OnlineSelector(priors={"a": 0.2, "b": 0.6}, prior_weight=2.0)
+    assert sel.choose([a, b], []).name == "b"
+    sel.observe(event(4, 1, drafter="b"))  # censored MLE alone: 1 / (1 + 1) = 0.5
+    assert sel.acceptance("b") == pytest.approx((1 + 2 * 0.6) / (2 + 2))
+    assert sel.acceptance("a") == pytest.approx(0.2)  # no steps yet: the prior alone
+    assert OnlineSelector().acceptance("a") is None
+
+
+def test_selector_pools_the_verify_cost_over_drafters():
+    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    sel = OnlineSelector()
+    sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
+    sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
+    sel.observe(event(4, 0, verify_ms=40.0, drafter="b"))
+    assert sel.verify.verify_model() == pytest.approx((20.0, 5.0))
+    # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
+    assert sel.predicted(a) > sel.predicted(b) > 0
+    assert sel.choose([a, b], []).name == "a" and sel.explain()["acc"] == {"a": 0.95, "b": 0.0}
+
+
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_every_policy_is_lossless(tiny_target, name):
     prompt = PROMPTS[1]
