@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -174,8 +175,24 @@ def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens
             })
         print(f"[{i + 1}/{len(prompts)}] {item['id']}: " + ", ".join(
             f"{c.label} {results[c.label]['tokens_per_s']:.1f}" for c in configs), flush=True)
-    write_results(rows, configs, out, max_new_tokens)
+    write_results(rows, configs, out, max_new_tokens, describe_machine(bank))
     return rows
+
+
+def describe_machine(bank: ModelBank) -> str:
+    """CPU model, the ISA features that decide whether bf16 pays off, and each model's dtype: results from a
+    machine with native bf16 matmuls and one without are not comparable."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        text = cpuinfo.read_text()
+        name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split())
+        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+        cpu = f"{name[1].strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX2'})"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
+    dtypes = ", ".join(f"{m.name} {str(m.dtype).removeprefix('torch.')}" for m in bank.loaded_models())
+    return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}; {dtypes}"
 
 
 def fit_predictor(n_prompts: int = 25, max_new_tokens: int = 48, gamma: int = 4) -> AcceptancePredictor:
@@ -297,7 +314,7 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_new_tokens: int) -> None:
+def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_new_tokens: int, machine: str = "") -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -306,8 +323,7 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
     labels = [c.label for c in configs]
     categories = sorted({r["category"] for r in rows})
     parts = [f"# Benchmark ({time.strftime('%Y-%m-%d')})", "",
-             f"Machine: {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-             f"device {'cuda' if torch.cuda.is_available() else 'cpu'}. Greedy, {max_new_tokens} new tokens, "
+             f"Machine: {machine or platform.machine()}. Greedy, {max_new_tokens} new tokens, "
              f"{len(rows) // len(labels)} prompts, configurations interleaved per prompt (rotated order) after a warm-up.",
              "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
              "## Overall", "", markdown(summary_table(rows, labels)), ""]

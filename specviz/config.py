@@ -9,6 +9,7 @@ from .models import NGRAM_DRAFT, OFFLINE_PRESET
 METHODS = ("ar", "sd")
 GAMMA_POLICIES = ("fixed", "fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
 ACCEPT_RULES = ("exact", "judge", "lenient", "topk")
+DTYPES = ("auto", "float32", "bfloat16")
 MAX_GAMMA = 32
 MAX_TOPK = 1000
 MAX_NEW_TOKENS = 4096
@@ -39,6 +40,7 @@ class DecodeConfig:
     seed: int = 0
     max_new_tokens: int = 128
     chat: bool = True
+    dtype: str = "auto"
 
     def validate(self) -> DecodeConfig:
         if self.method not in METHODS:
@@ -53,6 +55,7 @@ class DecodeConfig:
             raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
         _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES)
         _check_choice("--accept", self.accept, ACCEPT_RULES)
+        _check_choice("--dtype", self.dtype, DTYPES)
         if not 0 <= self.judge_threshold <= 1:
             raise ConfigError(f"--judge-threshold must be in [0, 1], got {self.judge_threshold}")
         if not 0 < self.lenience <= 1:

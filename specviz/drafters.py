@@ -56,6 +56,10 @@ class Drafter:
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
 
+    def can_draft(self, tokens: list[int]) -> bool:
+        """Whether ``propose`` would return any token after ``tokens`` (a model always can)."""
+        return True
+
     def blank_levels(self) -> list[dict]:
         """Empty per-level work records, top first, in the shape ``propose`` reports them."""
         return [level_record(self.name, "draft")]
@@ -98,6 +102,9 @@ class NGramDrafter(Drafter):
         start = time.perf_counter()
         ids = lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram)
         return Draft(ids, None, self.name, {"levels": [level_record(self.name, "draft", 1, 1e3 * (time.perf_counter() - start))]})
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        return bool(lookup_continuation(tokens, 1, self.max_ngram, self.min_ngram))
 
 
 def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int = 1) -> list[int]:

@@ -115,7 +115,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     items = read_dataset(a.dataset)
     preset, bank = resolve_preset(a.preset), ModelBank()
     tokenizer = bank.tokenizer(preset.target)
-    lm = bank.model(preset.target, preset.target.rsplit("/", 1)[-1])
+    lm = bank.target(preset)
     start = time.perf_counter()
     feats = build_features(lm, tokenizer, items, chat=not a.no_chat)
     feats["dataset"] = str(a.dataset)

@@ -748,7 +748,7 @@ def generate_target(texts: list[str], batch: int = 32, max_new_tokens: int = 48)
 
     torch.set_num_threads(1)
     bank, preset = ModelBank(), resolve_preset(OFFLINE_PRESET)
-    tok, lm = bank.tokenizer(preset.target), bank.model(preset.target, "target")
+    tok, lm = bank.tokenizer(preset.target), bank.target(preset)
     stops, pad = set(stop_ids_of(lm, tok)), tok.pad_token_id
     out = []
     for i in range(0, len(texts), batch):

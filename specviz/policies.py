@@ -320,15 +320,20 @@ class OnlineSelector(FirstDraft):
         return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
 
     def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter:
+        ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
+        self.why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
+        if not ready:
+            return drafters[0]
+        drafters = ready
         fresh = [d for d in drafters if len(self.histories[d.name].drafted()) < self.explore]
         fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
-            self.why = {"selector": self.name, "drafter": fresh[0].name, "reason": "exploring: too little history"}
+            self.why.update(drafter=fresh[0].name, reason="exploring: too little history")
             return fresh[0]
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
-        self.why = {"selector": self.name, "drafter": best.name, "pred_tok_s": scores,
-                    "acc": {d.name: self.acceptance(d.name) for d in drafters}, "reason": "best predicted tokens/s"}
+        self.why.update(drafter=best.name, pred_tok_s=scores, acc={d.name: self.acceptance(d.name) for d in drafters},
+                        reason="best predicted tokens/s")
         return best
 
     def observe(self, event) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .acceptance import ExactRule, JudgeRule, LenientRule, TopKRule
 from .cache import CachedModel
 from .chain import build_chain
@@ -18,9 +20,11 @@ from .metrics import summarize
 from .models import (
     NGRAM_DRAFT,
     LoadedModel,
+    Preset,
     check_shared_vocab,
     load_model,
     load_tokenizer,
+    pick_device,
     resolve_draft,
     resolve_preset,
     shared_vocab_size,
@@ -31,6 +35,15 @@ from .sampling import Sampler
 from .theory import run_theory
 
 
+def target_dtype(setting: str) -> torch.dtype:
+    """The target's dtype. ``auto`` is bfloat16 on CUDA and float32 on CPU: a multi-token bf16 verify forward
+    rounds differently from the single-token forwards of plain decoding, so near-ties flip and greedy speculative
+    decoding stops matching ``generate`` token for token (6 of 12 suite prompts on an AVX-512-bf16 CPU)."""
+    if setting == "auto":
+        return torch.bfloat16 if pick_device().type == "cuda" else torch.float32
+    return getattr(torch, setting)
+
+
 class ModelBank:
     """Loads every model and tokenizer once per process and shares them between runs (and sessions:
     runs never share caches, only read-only weights)."""
@@ -39,17 +52,25 @@ class ModelBank:
         self._items: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
 
-    def _get(self, kind: str, source: str, load):
+    def _get(self, kind: str, key: object, load):
         with self._lock:
-            if (kind, source) not in self._items:
-                self._items[(kind, source)] = load()
-            return self._items[(kind, source)]
+            if (kind, key) not in self._items:
+                self._items[(kind, key)] = load()
+            return self._items[(kind, key)]
 
-    def model(self, source: str, name: str) -> LoadedModel:
-        return self._get("model", source, lambda: load_model(source, name))
+    def model(self, source: str, name: str, dtype: torch.dtype | None = None) -> LoadedModel:
+        """A draft (``dtype`` None: the fastest measured on CPU) or any model in a given dtype."""
+        return self._get("model", (source, dtype), lambda: load_model(source, name, dtype=dtype))
+
+    def target(self, preset: Preset, dtype: str = "auto") -> LoadedModel:
+        return self.model(preset.target, preset.target.rsplit("/", 1)[-1], target_dtype(dtype))
 
     def tokenizer(self, source: str):
         return self._get("tokenizer", source, lambda: load_tokenizer(source))
+
+    def loaded_models(self) -> list[LoadedModel]:
+        with self._lock:
+            return [m for (kind, _), m in self._items.items() if kind == "model"]
 
 
 @dataclass
@@ -101,7 +122,7 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
     draft_names = (config.chain or config.select or [default_draft]) if config.method == "sd" else []
     draft_sources = [(name, resolve_draft(preset, name)) for name in draft_names]
     tokenizer = bank.tokenizer(preset.target)
-    target = bank.model(preset.target, preset.target.rsplit("/", 1)[-1])
+    target = bank.target(preset, config.dtype)
     prompt_ids = encode_prompt(tokenizer, prompt, config.chat)
     room = target.max_positions - len(prompt_ids)
     if room < config.max_new_tokens:

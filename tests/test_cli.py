@@ -46,6 +46,7 @@ def assert_one_line_error(r: subprocess.CompletedProcess, fragment: str) -> None
     (["--chain", "ngram,draft-s", "--draft", "draft-m"], "--chain replaces the draft"),
     (["--chain", "ngram,draft-s", "--level-gamma", "0"], "--level-gamma"),
     (["--chain", "ngram,no-such-draft"], "unknown draft"),
+    (["--dtype", "float16"], "--dtype"),
 ])
 def test_bad_options(args, fragment):
     assert_one_line_error(cli("generate", "--prompt", "hi", *args), fragment)
@@ -104,6 +105,7 @@ def test_json_contract():
                  "draft_ms", "verify_ms", "total_ms"}
     assert all(set(s) >= step_keys for s in out["steps"])
     assert [t for s in out["steps"] for t in s["emitted_ids"]] == out["token_ids"]
+    assert out["config"]["dtype"] == "auto"
 
 
 @pytest.mark.slow

@@ -81,3 +81,28 @@ def test_vocab_mismatch_is_sliced_like_qwen():
     events = list(decode(CachedModel(target, vocab), [1, 2, 3], drafters=[ModelDrafter(CachedModel(draft, vocab))],
                          policy=LengthPolicy(3), max_new_tokens=30))
     assert all(t < 96 for e in events for t in e.emitted_ids + e.draft_ids)
+
+
+def test_target_runs_in_float32_on_cpu_unless_asked(monkeypatch):
+    import torch
+
+    from specviz import runner
+
+    monkeypatch.setattr(runner, "pick_device", lambda: torch.device("cpu"))
+    assert runner.target_dtype("auto") is torch.float32  # bf16 verify forwards round differently: not token-exact
+    assert runner.target_dtype("bfloat16") is torch.bfloat16
+    monkeypatch.setattr(runner, "pick_device", lambda: torch.device("cuda"))
+    assert runner.target_dtype("auto") is torch.bfloat16
+
+
+def test_bank_keeps_one_copy_per_dtype(monkeypatch):
+    import torch
+
+    from specviz import runner
+
+    loads = []
+    monkeypatch.setattr(runner, "load_model", lambda source, name, dtype=None: loads.append(dtype) or object())
+    bank = runner.ModelBank()
+    a, b = bank.model("x", "x", torch.float32), bank.model("x", "x", torch.float32)
+    c = bank.model("x", "x", torch.bfloat16)
+    assert a is b and a is not c and loads == [torch.float32, torch.bfloat16]

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from specviz.cache import CachedModel
-from specviz.drafters import ModelDrafter, NGramDrafter
+from specviz.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.engine import decode
 from specviz.policies import (
     POLICIES,
@@ -130,8 +130,14 @@ def test_cache_fsm_jumps_on_a_repeated_suffix():
     assert p.choose(DRAFTER, [1, 2, 3, 9, 1, 2, 3]) == p.long_gamma
 
 
+def named(name: str) -> Drafter:
+    d = Drafter()
+    d.name = name
+    return d
+
+
 def test_selector_explores_then_exploits():
-    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    a, b = named("a"), named("b")
     sel = OnlineSelector(explore=2)
     picks = []
     for _ in range(8):
@@ -143,7 +149,7 @@ def test_selector_explores_then_exploits():
 
 
 def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prior():
-    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    a, b = named("a"), named("b")
     sel = OnlineSelector(priors={"a": 0.2, "b": 0.6}, prior_weight=2.0)
     assert sel.choose([a, b], []).name == "b"
     sel.observe(event(4, 1, drafter="b"))  # censored MLE alone: 1 / (1 + 1) = 0.5
@@ -153,7 +159,7 @@ def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prio
 
 
 def test_selector_pools_the_verify_cost_over_drafters():
-    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    a, b = named("a"), named("b")
     sel = OnlineSelector()
     sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
     sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
@@ -162,6 +168,16 @@ def test_selector_pools_the_verify_cost_over_drafters():
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     assert sel.choose([a, b], []).name == "a" and sel.explain()["acc"] == {"a": 0.95, "b": 0.0}
+
+
+def test_selector_skips_an_ngram_drafter_without_a_match():
+    model, ngram = named("m"), NGramDrafter()
+    sel = OnlineSelector(explore=0)
+    sel.observe(event(2, 2, drafter="ngram"))  # the n-gram drafter has the better record ...
+    sel.observe(event(2, 0, drafter="m"))
+    assert sel.choose([ngram, model], [1, 2, 3, 1, 2]).name == "ngram"
+    assert sel.choose([ngram, model], [1, 2, 3, 4, 5]).name == "m"  # ... but no earlier match: it would propose nothing
+    assert sel.explain()["idle"] == ["ngram"]
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
