@@ -126,7 +126,8 @@ class TopKRule(ExactRule):
 
 class JudgeRule(ExactRule):
     """Judge decoding: accept a draft token whose judge score (a linear head on the target's pre-norm
-    state at the position whose input is that token) exceeds δ; δ = 1 is the exact rule."""
+    state at the position whose input is that token, and optionally the target's confidence in it) exceeds δ;
+    δ = 1 is the exact rule."""
 
     name = "judge"
     needs_states = True
@@ -136,7 +137,8 @@ class JudgeRule(ExactRule):
 
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float]]:
         # states[0] is the last committed token's; states[i + 1] has draft token i as its input
-        scores = self.head.score(c.states[1: len(c.ids) + 1]).to(c.ids.device)
+        states = c.states[1: len(c.ids) + 1]
+        scores = self.head.score(self.head.inputs(states, c.logits.to(states.device), c.ids)).to(c.ids.device)
         return scores > self.threshold, scores.tolist()
 
 

@@ -42,8 +42,10 @@ class BenchConfig:
 
 
 def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
-    def sd(draft: str, g: int = gamma) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, gamma=g, max_new_tokens=max_new_tokens)
+    """AR, SD with each drafter, transformers' assisted generation on the same pairs, and the same target in
+    bfloat16 (faster where the CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
+    def sd(draft: str, dtype: str = "auto") -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens, dtype=dtype)
 
     return [
         BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
@@ -52,6 +54,9 @@ def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),
         BenchConfig(f"hf-assisted draft-m γ={gamma}", sd("draft-m"), hf_assisted=True),
+        BenchConfig("ar, bf16 target", DecodeConfig(method="ar", max_new_tokens=max_new_tokens, dtype="bfloat16")),
+        BenchConfig(f"sd draft-m γ={gamma}, bf16 target", sd("draft-m", "bfloat16")),
+        BenchConfig(f"sd ngram γ={gamma}, bf16 target", sd("ngram", "bfloat16")),
     ]
 
 

@@ -6,6 +6,10 @@ error are positive, the first erroneous token is negative, the rest are dropped 
 head is a class-weighted logistic regression fitted on standardised states, folded back so that
 :meth:`JudgeHead.score` reads raw pre-norm states straight from the verify pass.
 
+With ``confidence`` the head also reads two numbers the verify pass has anyway: the target's log-probability of
+the token and its top log-probability at that position (an extension of the paper's head, 2 more parameters: a
+135M target's states alone barely separate a wrong digit from a right one, its own confidence does).
+
 Draft-junk items (dataset ``source == "junk"``: a correct prefix followed by a blank line, an end of
 text, a draft's wrong token or a repetition loop) may weigh more than content errors: ``junk_weight``
 multiplies the (class-balanced) weight of their first-error tokens, see :func:`sample_weights`.
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .hidden import prenorm_states
+from .hidden import final_norm, prenorm_states
 from .models import ASSETS, LoadedModel, ModelLoadError
 
 HEAD_FORMAT = "specviz-judge-head/1"
@@ -54,17 +58,27 @@ def token_labels(tokenizer, question: str, answer: str, error_at: int | None, ch
     return prompt + list(enc.input_ids), len(prompt), labels
 
 
-def build_features(lm: LoadedModel, tokenizer, items: list[dict], chat: bool = True) -> dict:
-    """Pre-norm states and labels of every kept answer token of ``items`` (dataset rows).
+def confidence_features(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(n, 2): the target's log p of each token and the top log p, from the logits row that predicted it."""
+    logp = logits.float().log_softmax(-1)
+    return torch.stack([logp.gather(-1, ids.view(-1, 1).to(logp.device))[:, 0], logp.max(-1).values], -1)
 
-    Returns ``X`` (n_tokens, hidden) float32, ``y`` (n_tokens,) float32, ``item`` (n_tokens,) index into
+
+def build_features(lm: LoadedModel, tokenizer, items: list[dict], chat: bool = True) -> dict:
+    """Pre-norm states, confidence features and labels of every kept answer token of ``items`` (dataset rows).
+
+    Returns ``X`` (n_tokens, hidden + 2) float32 (the state, then :func:`confidence_features`), ``y``
+    (n_tokens,) float32, ``item`` (n_tokens,) index into
     ``items``, ``split`` (one string per token), plus ``item_ids``, ``categories``, ``sources`` (one per
     item), ``target``, ``hidden_size`` and ``chat``."""
     xs, ys, owner, split = [], [], [], []
     for k, it in enumerate(items):
         ids, start, labels = token_labels(tokenizer, it["question"], it["answer"], it["error_at"], chat)
         states = prenorm_states(lm.model, ids[: start + len(labels)])  # causal: later tokens cannot matter
-        xs.append(states[start:].float().cpu())
+        with torch.inference_mode():
+            logits = lm.model.lm_head(final_norm(lm.model)(states[start - 1: -1]))
+        answer = torch.tensor(ids[start: start + len(labels)])
+        xs.append(torch.cat([states[start:].float(), confidence_features(logits, answer)], -1).cpu())
         ys.append(torch.tensor(labels, dtype=torch.float32))
         owner.append(torch.full((len(labels),), k, dtype=torch.long))
         split += [it["split"]] * len(labels)
@@ -78,21 +92,38 @@ def build_features(lm: LoadedModel, tokenizer, items: list[dict], chat: bool = T
 
 @dataclass
 class JudgeHead:
-    """``sigmoid(states @ weight + bias)`` over raw pre-norm states; hidden_size + 1 parameters."""
+    """``sigmoid(x @ weight + bias)`` over raw pre-norm states x (hidden_size + 1 parameters), with ``confidence``
+    followed by the two :func:`confidence_features` (2 more)."""
 
     weight: torch.Tensor
     bias: float
     target: str
     hidden_size: int
     meta: dict = field(default_factory=dict)
+    confidence: bool = False
     _on_device: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n_parameters(self) -> int:
         return self.weight.numel() + 1
 
+    @property
+    def n_inputs(self) -> int:
+        return self.hidden_size + 2 * self.confidence
+
+    def inputs(self, states: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """What the head reads for n tokens: their pre-norm states (n, hidden) and, with ``confidence``, the
+        logits rows (n, vocab) that predicted the tokens ``ids`` (n,)."""
+        if not self.confidence:
+            return states
+        return torch.cat([states.float(), confidence_features(logits, ids).to(states.device)], -1)
+
+    def columns(self, X: torch.Tensor) -> torch.Tensor:
+        """The columns of a features matrix (see :func:`build_features`) this head reads."""
+        return X[:, : self.n_inputs]
+
     def score(self, states: torch.Tensor) -> torch.Tensor:
-        """(n, hidden) states of any dtype/device -> (n,) float32 scores in [0, 1] on the same device."""
+        """(n, n_inputs) inputs of any dtype/device -> (n,) float32 scores in [0, 1] on the same device."""
         w = self._on_device.get(states.device)
         if w is None:
             w = self._on_device[states.device] = self.weight.to(states.device, torch.float32)
@@ -101,8 +132,8 @@ class JudgeHead:
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"format": HEAD_FORMAT, "target": self.target, "hidden_size": self.hidden_size, "bias": self.bias,
-                "meta": self.meta, "weight": self.weight.tolist()}
+        data = {"format": HEAD_FORMAT, "target": self.target, "hidden_size": self.hidden_size, "confidence": self.confidence,
+                "bias": self.bias, "meta": self.meta, "weight": self.weight.tolist()}
         path.write_text(json.dumps(data, indent=1) + "\n")
 
     @classmethod
@@ -116,8 +147,8 @@ class JudgeHead:
             if data["format"] != HEAD_FORMAT:
                 raise ValueError(f"format {data['format']!r}")
             head = cls(torch.tensor(data["weight"], dtype=torch.float32), float(data["bias"]), str(data["target"]),
-                       int(data["hidden_size"]), dict(data["meta"]))
-            if head.weight.shape != (head.hidden_size,) or not torch.isfinite(head.weight).all():
+                       int(data["hidden_size"]), dict(data["meta"]), bool(data.get("confidence", False)))
+            if head.weight.shape != (head.n_inputs,) or not torch.isfinite(head.weight).all():
                 raise ValueError("weight does not match hidden_size")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
@@ -186,15 +217,17 @@ def sample_weights(kinds: list[str], y: torch.Tensor, junk_weight: float = DEFAU
 
 
 def train_head(X: torch.Tensor, y: torch.Tensor, *, target: str = "", l2: float = DEFAULT_L2, epochs: int = 500,
-               seed: int = 0, sample_weight: torch.Tensor | None = None) -> JudgeHead:
+               seed: int = 0, sample_weight: torch.Tensor | None = None, hidden_size: int | None = None) -> JudgeHead:
     """Fit a judge head on raw pre-norm states ``X`` (n, hidden) and 0/1 labels ``y`` (both classes needed),
-    optionally with per-token weights (see :func:`sample_weights`)."""
+    optionally with per-token weights (see :func:`sample_weights`). With ``hidden_size`` given, ``X`` may carry
+    the two confidence features after the states, and the head reads them."""
     if not 0 < int(y.sum()) < len(y):
         raise ValueError("training needs both positive and negative tokens")
     Z, mean, std = standardise(X)
     w, b = fold(*fit_logistic(Z, y, l2=l2, epochs=epochs, seed=seed, sample_weight=sample_weight), mean, std)
     meta = {"tokens": len(y), "positives": int(y.sum()), "negatives": len(y) - int(y.sum()), "l2": l2, "epochs": epochs, "seed": seed}
-    return JudgeHead(w.float(), b, target, X.shape[1], meta)
+    hidden = hidden_size or X.shape[1]
+    return JudgeHead(w.float(), b, target, hidden, meta, confidence=X.shape[1] == hidden + 2)
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:

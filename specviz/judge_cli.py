@@ -54,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--epochs", type=int, default=500, help="L-BFGS iterations at most")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threshold", type=float, default=0.5)
+    t.add_argument("--no-confidence", dest="confidence", action="store_false",
+                   help="the paper's head: pre-norm states only, without the target's log p of the token and top log p")
     e = sub.add_parser("eval", help="evaluate a head on the held-out tokens and write a Markdown report")
     e.add_argument("--features", type=Path, default=FEATURES)
     e.add_argument("--head", type=Path, default=None, help="default: assets/judges/<target>.json")
@@ -132,16 +134,21 @@ def cmd_train(a: argparse.Namespace) -> int:
     X, y, item = _split(feats, "train")
     if not 0 < int(y.sum()) < len(y):
         raise ConfigError(f"split 'train' of {a.features} needs both acceptable and erroneous tokens")
+    hidden = feats["hidden_size"]
+    if a.confidence and X.shape[1] != hidden + 2:
+        raise ConfigError(f"{a.features} has no confidence features: rerun `python -m specviz judge build` (or train --no-confidence)")
     start = time.perf_counter()
     weight = sample_weights(token_kinds(feats, item), y, a.junk_weight)
-    head = train_head(X, y, target=feats["target"], l2=a.l2, epochs=a.epochs, seed=a.seed, sample_weight=weight)
+    head = train_head(X if a.confidence else X[:, :hidden], y, target=feats["target"], l2=a.l2, epochs=a.epochs, seed=a.seed,
+                      sample_weight=weight, hidden_size=hidden)
     head.meta.update(items=len(item.unique()), dataset=Path(feats["dataset"]).name, chat=feats["chat"], junk_weight=a.junk_weight)
     out = a.out or default_head_path(feats["target"])
     head.save(out)
     print(f"trained a {head.n_parameters}-parameter head on {len(y)} tokens in {time.perf_counter() - start:.1f}s -> {out}",
           file=sys.stderr)
     Xh, yh, ih = _split(feats, "heldout")
-    print(report_markdown(evaluate(head, Xh, yh, a.threshold, token_kinds(feats, ih))) if len(yh) else "no held-out tokens to report on")
+    print(report_markdown(evaluate(head, head.columns(Xh), yh, a.threshold, token_kinds(feats, ih))) if len(yh)
+          else "no held-out tokens to report on")
     return 0
 
 
@@ -174,12 +181,14 @@ def cmd_eval(a: argparse.Namespace) -> int:
     X, y, item = _split(feats, "heldout")
     if not len(y):
         raise ConfigError(f"{a.features} has no held-out tokens")
+    X = head.columns(X)
     scores, kinds = head.score(X), token_kinds(feats, item)
     train_tokens = len(feats["y"]) - len(y)
     text = "\n".join([
         "# Judge head: held-out evaluation",
         "",
-        f"Target `{head.target}` (hidden size {head.hidden_size}, {head.n_parameters} parameters); head `{path.name}` trained on "
+        f"Target `{head.target}` (hidden size {head.hidden_size}, {head.n_parameters} parameters: pre-norm state"
+        f"{' + the target log p of the token and top log p' if head.confidence else ' only'}); head `{path.name}` trained on "
         f"{head.meta.get('tokens', '?')} tokens of {head.meta.get('items', '?')} items (l2 = {head.meta.get('l2', '?')}, "
         f"junk weight {head.meta.get('junk_weight', 1)}). "
         f"Dataset `{Path(feats['dataset']).name}`: {train_tokens} train / {len(y)} held-out tokens, "

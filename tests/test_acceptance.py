@@ -9,6 +9,7 @@ from specviz.cache import CachedModel
 from specviz.drafters import Draft, ModelDrafter
 from specviz.engine import decode
 from specviz.hidden import prenorm_states
+from specviz.judge import JudgeHead
 from specviz.policies import LengthPolicy
 from specviz.sampling import Sampler, top_p_filter
 
@@ -99,14 +100,10 @@ def test_speculative_sampling_matches_target_on_a_model(small_vocab_pair, temper
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
 
 
-class RandomHead:
-    """A judge head stand-in: a fixed random linear layer + sigmoid on the pre-norm states."""
-
-    def __init__(self, hidden: int, bias: float = 0.0, scale: float = 1.0):
-        self.w, self.b = scale * torch.randn(hidden, generator=torch.Generator().manual_seed(0)), bias
-
-    def score(self, states):
-        return torch.sigmoid(states.float() @ self.w + self.b)
+def RandomHead(hidden: int, bias: float = 0.0, scale: float = 1.0, confidence: bool = False) -> JudgeHead:
+    """A judge head with a fixed random weight (and, with ``confidence``, weights on the two confidence features)."""
+    w = scale * torch.randn(hidden + 2 * confidence, generator=torch.Generator().manual_seed(0))
+    return JudgeHead(w, bias, "tiny", hidden, confidence=confidence)
 
 
 def relaxed_run(target, draft, rule, temperature, seed=0, n=24):
@@ -130,16 +127,22 @@ def test_relaxed_rules_switched_off_reproduce_exact(tiny_target, tiny_draft, mak
         assert all(r in ("exact", "rejected", "unchecked") for e in events for r in e.accept_reasons)
 
 
-def test_judge_scores_come_from_the_verify_pass(tiny_target, tiny_draft):
-    """Scores are the head on the target's pre-norm state where the draft token is the input."""
-    head = RandomHead(tiny_target.model.config.hidden_size)
+@pytest.mark.parametrize("confidence", [False, True])
+def test_judge_scores_come_from_the_verify_pass(tiny_target, tiny_draft, confidence):
+    """Scores are the head on the target's pre-norm state where the draft token is the input (and, with
+    confidence features, on the target's log p of the draft token from the row that predicted it)."""
+    head = RandomHead(tiny_target.model.config.hidden_size, confidence=confidence)
     _, events = relaxed_run(tiny_target, tiny_draft, JudgeRule(head, 0.5), 0.0)
     tokens = [5, 17, 3, 9]
+    assert any(e.draft_ids for e in events)
     for e in events:
         if e.draft_ids:
             states = prenorm_states(tiny_target.model, tokens + e.draft_ids)
-            expected = head.score(states[len(tokens): len(tokens) + len(e.draft_ids)])
-            assert e.judge_scores == pytest.approx(expected.tolist(), abs=1e-4)
+            with torch.inference_mode():
+                logits = tiny_target.model(torch.tensor([tokens + e.draft_ids])).logits[0]
+            n, g = len(tokens), len(e.draft_ids)
+            x = head.inputs(states[n: n + g], logits[n - 1: n + g - 1], torch.tensor(e.draft_ids))
+            assert e.judge_scores == pytest.approx(head.score(x).tolist(), abs=1e-4)
             kept = [r for r in e.accept_reasons if r in ("exact", "judge")]
             assert all(s > 0.5 for s, r in zip(e.judge_scores, kept) if r == "judge")
         tokens += e.emitted_ids

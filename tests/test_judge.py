@@ -99,13 +99,20 @@ def _items():
 def test_features_are_prenorm_states_at_the_answer_tokens(tiny_target):
     tok, items = WordTokenizer(), _items()
     feats = build_features(tiny_target, tok, items)
-    assert feats["X"].shape == (6, 64) and feats["X"].dtype == torch.float32
+    assert feats["X"].shape == (6, 64 + 2) and feats["X"].dtype == torch.float32
     assert feats["y"].tolist() == [1, 1, 0, 1, 1, 1] and feats["item"].tolist() == [0, 0, 0, 1, 1, 1]
     assert feats["split"] == ["train"] * 3 + ["heldout"] * 3 and feats["sources"] == ["", ""]
     assert feats["target"] == tiny_target.name and feats["hidden_size"] == 64
     ids, start, labels = token_labels(tok, items[0]["question"], ANSWER, 5)
     full = prenorm_states(tiny_target.model, ids)  # the dropped token after the error changes nothing before it
-    torch.testing.assert_close(feats["X"][:3], full[start:start + 3])
+    torch.testing.assert_close(feats["X"][:3, :64], full[start:start + 3])
+    # the confidence columns: log p of each answer token and the top log p, from the row that predicted it
+    with torch.inference_mode():
+        logp = tiny_target.model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+    rows = torch.arange(start - 1, start + 2)
+    answer = torch.tensor(ids[start:start + 3])
+    torch.testing.assert_close(feats["X"][:3, 64], logp[rows, answer], atol=1e-4, rtol=0)
+    torch.testing.assert_close(feats["X"][:3, 65], logp[rows].max(-1).values, atol=1e-4, rtol=0)
 
 
 def _separable(n, seed, neg_rate=0.1):
@@ -192,6 +199,22 @@ def test_save_load_round_trip(tmp_path):
     assert torch.equal(back.score(states), head.score(states))
 
 
+def test_confidence_head_reads_two_more_columns_and_round_trips(tmp_path):
+    head = JudgeHead(torch.linspace(-1, 1, 10), 0.1, "toy", 8, confidence=True)
+    assert head.n_parameters == 11 and head.columns(torch.zeros(4, 12)).shape == (4, 10)
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0], [1.0, 3.0, 0.0]])
+    x = head.inputs(torch.zeros(3, 8), logits, torch.tensor([0, 2, 0]))
+    logp = logits.log_softmax(-1)
+    torch.testing.assert_close(x[:, 8], logp[[0, 1, 2], [0, 2, 0]])
+    torch.testing.assert_close(x[:, 9], logp.max(-1).values)
+    head.save(tmp_path / "j.json")
+    back = JudgeHead.load(tmp_path / "j.json", "toy", 8)
+    assert back.confidence and torch.equal(back.score(x), head.score(x))
+    (tmp_path / "j.json").write_text((tmp_path / "j.json").read_text().replace('"confidence": true', '"confidence": false'))
+    with pytest.raises(JudgeLoadError, match="hidden_size"):
+        JudgeHead.load(tmp_path / "j.json", "toy", 8)
+
+
 @pytest.mark.parametrize("target, hidden, content, fragment", [
     ("other", 8, None, "trained for target 'toy', not 'other'"),
     ("toy", 16, None, "expects hidden size 8"),
@@ -256,12 +279,14 @@ def _cli(*argv):
 def test_cli_train_and_eval_on_saved_features(tmp_path, capsys):
     X, y = _separable(600, 3)
     feats = {"X": X, "y": y, "item": torch.arange(600) // 20, "split": ["train"] * 400 + ["heldout"] * 200,
-             "item_ids": [str(i) for i in range(30)], "categories": ["c"] * 30, "target": "toy", "hidden_size": 12,
-             "chat": True, "dataset": "toy.jsonl"}
+             "item_ids": [str(i) for i in range(30)], "categories": ["c"] * 30, "target": "toy", "hidden_size": 10,
+             "chat": True, "dataset": "toy.jsonl"}  # columns 10 and 11 stand for the two confidence features
     torch.save(feats, tmp_path / "f.pt")
     head, report = tmp_path / "head.json", tmp_path / "eval.md"
+    assert _cli("train", "--features", str(tmp_path / "f.pt"), "--out", str(head), "--no-confidence") == 0
+    assert not JudgeHead.load(head, "toy", 10).confidence and JudgeHead.load(head, "toy", 10).n_parameters == 11
     assert _cli("train", "--features", str(tmp_path / "f.pt"), "--out", str(head)) == 0
-    assert JudgeHead.load(head, "toy", 12).meta["items"] == 20
+    assert JudgeHead.load(head, "toy", 10).meta["items"] == 20 and JudgeHead.load(head, "toy", 10).n_parameters == 13
     assert _cli("eval", "--features", str(tmp_path / "f.pt"), "--head", str(head), "--out", str(report)) == 0
     assert "ROC AUC" in report.read_text() and "200 held-out tokens" in report.read_text()
     feats["target"] = "another"
@@ -270,6 +295,10 @@ def test_cli_train_and_eval_on_saved_features(tmp_path, capsys):
         _cli("eval", "--features", str(tmp_path / "g.pt"), "--head", str(head), "--out", str(report))
     with pytest.raises(ConfigError, match="judge build"):
         _cli("train", "--features", str(tmp_path / "missing.pt"))
+    feats["hidden_size"] = 12  # features built before the confidence columns existed
+    torch.save(feats, tmp_path / "old.pt")
+    with pytest.raises(ConfigError, match="no confidence features"):
+        _cli("train", "--features", str(tmp_path / "old.pt"))
 
 
 @pytest.mark.parametrize("line, fragment", [
