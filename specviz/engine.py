@@ -77,9 +77,9 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
     while generated < max_new_tokens:
         step += 1
         t0, fwd0 = clock(), _forward_seconds(models)
-        drafter = selector.choose(list(drafters), tokens) if drafters else None
+        drafter = selector.choose(list(drafters), tokens) if drafters else None  # None: a plain target step
         gamma = max(0, min(policy.choose(drafter, tokens), max_new_tokens - generated - 1)) if drafter else 0
-        why = {**(policy.explain() or {}), **(selector.explain() or {})} if drafter else None
+        why = {**(policy.explain() or {}), **(selector.explain() or {})} if drafter else selector.explain() if drafters else None
         name = drafter.name if drafter else "target"
         draft = drafter.propose(tokens, gamma, sampler, policy.stop_rule) if gamma > 0 else Draft([], None, name)
         t1 = clock()

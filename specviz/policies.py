@@ -276,7 +276,8 @@ class FirstDraft:
 
     name = "single"
 
-    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter:
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
+        """The drafter of this step, or None for a plain target step."""
         return drafters[0]
 
     def observe(self, event) -> None:
@@ -293,15 +294,17 @@ class OnlineSelector(FirstDraft):
     (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations; the target's
     verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
     (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
-    known once it has drafted."""
+    known once it has drafted. When no drafter's best predicted rate beats a plain target step, the step is
+    plain (``choose`` returns None), except every ``probe``-th such step, which lets the best drafter try again."""
 
     name = "online-select"
 
     def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = GAMMA_MAX,
-                 priors: dict[str, float] | None = None, prior_weight: float = 2.0):
+                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 8):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
+        self.probe, self.plain_run = probe, 0
         self.why: dict = {}
 
     def acceptance(self, name: str) -> float | None:
@@ -319,11 +322,12 @@ class OnlineSelector(FirstDraft):
             return None
         return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
 
-    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter:
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
         ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
         self.why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
         if not ready:
-            return drafters[0]
+            self.why.update(drafter=None, reason="no drafter has a proposal: plain step")
+            return None
         drafters = ready
         fresh = [d for d in drafters if len(self.histories[d.name].drafted()) < self.explore]
         fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
@@ -332,8 +336,18 @@ class OnlineSelector(FirstDraft):
             return fresh[0]
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
-        self.why.update(drafter=best.name, pred_tok_s=scores, acc={d.name: self.acceptance(d.name) for d in drafters},
-                        reason="best predicted tokens/s")
+        b_p = self.verify.verify_model()
+        plain = 1e3 / b_p[0] if b_p and b_p[0] > 0 else 0.0
+        self.why.update(drafter=best.name, pred_tok_s={**scores, "plain": plain},
+                        acc={d.name: self.acceptance(d.name) for d in drafters}, reason="best predicted tokens/s")
+        if scores[best.name] < plain:
+            self.plain_run += 1
+            if self.plain_run % self.probe:
+                self.why.update(drafter=None, reason="no drafter beats a plain step")
+                return None
+            self.why["reason"] = f"probe: plain for {self.probe - 1} steps"
+        else:
+            self.plain_run = 0
         return best
 
     def observe(self, event) -> None:

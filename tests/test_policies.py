@@ -174,10 +174,21 @@ def test_selector_skips_an_ngram_drafter_without_a_match():
     model, ngram = named("m"), NGramDrafter()
     sel = OnlineSelector(explore=0)
     sel.observe(event(2, 2, drafter="ngram"))  # the n-gram drafter has the better record ...
-    sel.observe(event(2, 0, drafter="m"))
+    sel.observe(event(2, 1, drafter="m"))
     assert sel.choose([ngram, model], [1, 2, 3, 1, 2]).name == "ngram"
     assert sel.choose([ngram, model], [1, 2, 3, 4, 5]).name == "m"  # ... but no earlier match: it would propose nothing
     assert sel.explain()["idle"] == ["ngram"]
+    assert sel.choose([ngram], [1, 2, 3, 4, 5]) is None  # nobody can propose: a plain step
+
+
+def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
+    a = named("a")
+    sel = OnlineSelector(explore=0, probe=4)
+    sel.observe(event(0, 0, verify_ms=40.0, drafter="target"))
+    sel.observe(event(3, 0, draft_ms=6.0, verify_ms=46.0, drafter="a"))  # never accepted: drafting only costs
+    picks = [sel.choose([a], []) for _ in range(8)]
+    assert [p is None for p in picks] == [True, True, True, False] * 2  # every 4th plain-looking step probes
+    assert sel.explain()["reason"].startswith("probe") and sel.explain()["pred_tok_s"]["plain"] == pytest.approx(25.0)
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
