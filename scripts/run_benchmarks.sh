@@ -18,6 +18,8 @@ for step in $STEPS; do
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/selection ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
     judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
+    judge-confidence) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
+      --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_confidence ;;
     judge-overhead) $PY scripts/measure_judge_overhead.py ;;
     ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure.txt ;;
     advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;

@@ -71,6 +71,7 @@ def build_parser() -> Parser:
     b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
     b.add_argument("--max-new-tokens", type=int, default=96)
     b.add_argument("--out", type=Path, default=Path("results/bench"))
+    b.add_argument("--only", type=_names, default=[], help="only these rows (comma-separated labels; the first is the reference)")
     judge_cli.register(sub)
     c = sub.add_parser("chain-advisor", help="measure the preset's models, rank chains by Lemma 3.1, run the best")
     c.add_argument("--preset", default=OFFLINE_PRESET)
@@ -109,9 +110,17 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from .bench import run_benchmark
+    from .bench import CONFIG_SETS, run_benchmark
 
-    run_benchmark(a.suite, a.configs, a.per_category, a.max_new_tokens, a.out)
+    if a.configs not in CONFIG_SETS:
+        raise ConfigError(f"--configs must be one of {', '.join(CONFIG_SETS)}, got '{a.configs}'")
+    configs = CONFIG_SETS[a.configs](a.max_new_tokens)
+    if a.only:
+        unknown = [label for label in a.only if label not in {c.label for c in configs}]
+        if unknown:
+            raise ConfigError(f"--only: no row {unknown[0]!r} in set '{a.configs}'; rows: {', '.join(c.label for c in configs)}")
+        configs = sorted((c for c in configs if c.label in a.only), key=lambda c: a.only.index(c.label))
+    run_benchmark(a.suite, a.configs, a.per_category, a.max_new_tokens, a.out, configs)
     return 0
 
 

@@ -130,3 +130,11 @@ def test_relaxed_rules_report_reasons(rule):
     reasons = {x for s in steps for x in s["accept_reasons"]}
     assert reasons <= {"exact", rule, "rejected", "unchecked"}
     assert all((s["judge_scores"] is not None) == (rule == "judge" and bool(s["draft_ids"])) for s in steps)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--configs", "nope"], "--configs must be one of"),
+    (["--configs", "judge", "--only", "exact,judge δ=0.3"], "no row 'judge δ=0.3'"),
+])
+def test_bench_bad_options(args, fragment):
+    assert_one_line_error(cli("bench", *args), fragment)
