@@ -99,7 +99,8 @@ def test_config_sets_have_unique_labels_and_valid_configs(name):
 def test_config_sets_put_ar_first_and_only_once(name):
     configs = CONFIG_SETS[name](48)
     assert configs[0].label == "ar" and configs[0].decode.method == "ar" and not configs[0].hf_assisted
-    assert all(c.decode.method == "sd" for c in configs[1:])
+    # a later AR row only as the same target in another dtype (the standard set's bf16 rows)
+    assert all(c.decode.method == "sd" or c.decode.dtype != configs[0].decode.dtype for c in configs[1:])
 
 
 def test_judge_set_is_referenced_to_exact_sd_and_scores_quality():
