@@ -2,7 +2,7 @@
 
 A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
 returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
-README): history h = 20 steps, Acc_max = 0.95, γ ∈ [1, 10] (0 allowed for ``online``), probe every 8 steps.
+README): history h = 20 steps, Acc_max = 0.95, γ ∈ [1, 10] (0 allowed for ``online``), first probe after 8 plain steps, backing off to 64.
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ class History:
 
     def __init__(self, h: int = 20, acc_max: float = 0.95):
         self.steps: deque[StepRecord] = deque(maxlen=h)
+        self.plain: deque[float] = deque(maxlen=h)
         self.acc_max = acc_max
 
     def add(self, rec: StepRecord) -> None:
-        self.steps.append(rec)
+        if rec.gamma:
+            self.steps.append(rec)
+        else:
+            self.plain.append(rec.verify_ms)
 
     def drafted(self) -> list[StepRecord]:
-        return [s for s in self.steps if s.gamma > 0]
+        return list(self.steps)
 
     def acceptance(self) -> float | None:
         """Censored MLE of per-token acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2), capped at Acc_max."""
@@ -62,18 +66,63 @@ class History:
         steps = self.drafted()
         return sum(s.draft_ms for s in steps) / sum(s.gamma for s in steps) if steps else None
 
-    def verify_model(self) -> tuple[float, float] | None:
-        """b_p(γ) = intercept + slope·γ by least squares over the history (flat if γ never varied)."""
-        if not self.steps:
-            return None
-        g = [float(s.gamma) for s in self.steps]
-        t = [float(s.verify_ms) for s in self.steps]
+    def verify_model(self) -> VerifyCost | None:
+        """b_p(γ): plain steps (γ = 0) timed on their own; drafted steps fitted by a line in γ.
+
+        On a CPU a 1-token forward runs a different matrix kernel from a multi-token one and costs well
+        under a 2-token verify, so one line through both would make drafting look cheaper than it is.
+        Plain steps are kept apart from the window of ``h`` steps, so a run of drafted steps does not
+        forget what a plain step costs."""
+        steps = self.drafted()
+        if not steps:
+            plain = self.plain_ms()
+            return None if plain is None else VerifyCost(plain, plain, 0.0)
+        g = [float(s.gamma) for s in steps]
+        t = [float(s.verify_ms) for s in steps]
         g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
         spread = sum((x - g_mean) ** 2 for x in g)
-        if spread == 0:
-            return t_mean, 0.0
-        slope = sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread
-        return t_mean - slope * g_mean, max(0.0, slope)
+        slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
+        return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope)
+
+    def plain_ms(self) -> float | None:
+        return sum(self.plain) / len(self.plain) if self.plain else None
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet,
+    then the drafted line is extrapolated), ``intercept + slope·γ`` for a verify of γ drafted tokens."""
+
+    plain: float | None
+    intercept: float
+    slope: float
+
+    def __call__(self, gamma: int) -> float:
+        if gamma == 0 and self.plain is not None:
+            return self.plain
+        return self.intercept + self.slope * gamma
+
+
+class ProbeSchedule:
+    """When to draft anyway after a run of plain steps, so that a stale estimate can recover: after
+    ``base`` plain-looking steps in a row, then twice as many after each probe that did not pay, up to
+    ``cap``; a step that drafts on its merits starts over. Backing off keeps probes cheap on text the
+    drafts cannot predict."""
+
+    def __init__(self, base: int = 8, cap: int = 64):
+        self.base, self.cap = base, cap
+        self.run, self.wait = 0, base
+
+    def plain(self) -> bool:
+        """One more step that would be plain; True when it should probe instead."""
+        self.run += 1
+        if self.run < self.wait:
+            return False
+        self.run, self.wait = 0, min(self.cap, 2 * self.wait)
+        return True
+
+    def drafting(self) -> None:
+        self.run, self.wait = 0, self.base
 
 
 def expected_tokens(acc: float, gamma: int) -> float:
@@ -81,9 +130,9 @@ def expected_tokens(acc: float, gamma: int) -> float:
     return gamma + 1.0 if acc >= 1 else (1 - acc ** (gamma + 1)) / (1 - acc)
 
 
-def predicted_rates(acc: float, a_q: float, b_p: tuple[float, float], gamma_max: int, gamma_min: int = 0) -> dict[int, float]:
+def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0) -> dict[int, float]:
     """Tokens per second for each γ: expected tokens / (γ·a_q + b_p(γ)) (their Eq. 1)."""
-    return {g: 1e3 * expected_tokens(acc, g) / (g * a_q + b_p[0] + b_p[1] * g) for g in range(gamma_min, gamma_max + 1)}
+    return {g: 1e3 * expected_tokens(acc, g) / (g * a_q + b_p(g)) for g in range(gamma_min, gamma_max + 1)}
 
 
 class LengthPolicy:
@@ -167,37 +216,45 @@ class ConfidencePolicy(LengthPolicy):
 
 class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
-    model (a_q per draft token, b_p(γ) fitted linearly) and the γ ∈ 0..γ_max maximising predicted
-    tokens per second; γ = 0 is a plain target step. While γ* = 0 it probes γ = 1 every ``probe`` steps
-    so the estimate can recover."""
+    model (a_q per draft token; b_p(γ) fitted linearly over drafted steps, plain steps timed apart, see
+    :meth:`History.verify_model`) and the γ ∈ 0..γ_max maximising predicted tokens per second; γ = 0 is a
+    plain target step, taken once early to time it. While γ* = 0 it probes γ = 1 on a
+    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover."""
 
     name = "online"
 
     def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 8):
         super().__init__(gamma)
-        self.gamma_max, self.probe = gamma_max, probe
+        self.gamma_max = gamma_max
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
-        self.zero_run = 0
+        self.verify = History(h, acc_max)
+        self.probes = ProbeSchedule(probe)
         self.why: dict = {}
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> int:
         hist = self.histories[drafter.name]
-        acc, a_q, b_p = hist.acceptance(), hist.draft_ms_per_token(), hist.verify_model()
+        acc, a_q, b_p = hist.acceptance(), hist.draft_ms_per_token(), self.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             self.why = {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"}
             return self.gamma
         rates = predicted_rates(acc, a_q, b_p, self.gamma_max)
         best = max(rates, key=rates.get)
-        self.zero_run = self.zero_run + 1 if best == 0 else 0
         reason = "argmax of predicted tokens/s"
-        if best == 0 and self.zero_run % self.probe == 0:
-            best, reason = 1, f"probe: γ* = 0 for {self.probe} steps"
+        if b_p.plain is None:
+            best, reason = 0, "timing a plain step: γ = 0 not measured yet"
+        elif best > 0:
+            self.probes.drafting()
+        elif self.probes.plain():
+            best, reason = 1, "probe: γ* = 0 for a while"
         self.why = {"policy": self.name, "gamma": best, "acc": acc, "acc_naive": hist.naive_acceptance(), "a_q_ms": a_q,
-                    "b_p_ms": list(b_p), "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason}
+                    "b_p_ms": {str(g): b_p(g) for g in rates}, "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason}
         return best
 
     def observe(self, event) -> None:
-        self.histories[event.drafter].add(record_of(event))
+        rec = record_of(event)
+        self.verify.add(rec)  # the target's cost does not depend on who drafted, nor do plain steps
+        if event.draft_ids:
+            self.histories[event.drafter].add(rec)
 
     def explain(self) -> dict:
         return self.why
@@ -294,8 +351,9 @@ class OnlineSelector(FirstDraft):
     (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations; the target's
     verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
     (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
-    known once it has drafted. When no drafter's best predicted rate beats a plain target step, the step is
-    plain (``choose`` returns None), except every ``probe``-th such step, which lets the best drafter try again."""
+    known once it has drafted; then one plain step is taken, if none was yet, to time it. When no drafter's
+    best predicted rate beats a plain target step, the step is plain (``choose`` returns None), except on a
+    :class:`ProbeSchedule` (first after ``probe`` such steps), which lets the best drafter try again."""
 
     name = "online-select"
 
@@ -304,7 +362,7 @@ class OnlineSelector(FirstDraft):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
-        self.probe, self.plain_run = probe, 0
+        self.probes = ProbeSchedule(probe)
         self.why: dict = {}
 
     def acceptance(self, name: str) -> float | None:
@@ -334,20 +392,22 @@ class OnlineSelector(FirstDraft):
         if fresh:
             self.why.update(drafter=fresh[0].name, reason="exploring: too little history")
             return fresh[0]
+        b_p = self.verify.verify_model()
+        if b_p is None or b_p.plain is None:
+            self.why.update(drafter=None, reason="timing a plain step: not measured yet")
+            return None
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
-        b_p = self.verify.verify_model()
-        plain = 1e3 / b_p[0] if b_p and b_p[0] > 0 else 0.0
+        plain = 1e3 / b_p(0) if b_p(0) > 0 else 0.0
         self.why.update(drafter=best.name, pred_tok_s={**scores, "plain": plain},
                         acc={d.name: self.acceptance(d.name) for d in drafters}, reason="best predicted tokens/s")
-        if scores[best.name] < plain:
-            self.plain_run += 1
-            if self.plain_run % self.probe:
-                self.why.update(drafter=None, reason="no drafter beats a plain step")
-                return None
-            self.why["reason"] = f"probe: plain for {self.probe - 1} steps"
+        if scores[best.name] >= plain:
+            self.probes.drafting()
+        elif self.probes.plain():
+            self.why["reason"] = "probe: plain for a while"
         else:
-            self.plain_run = 0
+            self.why.update(drafter=None, reason="no drafter beats a plain step")
+            return None
         return best
 
     def observe(self, event) -> None:

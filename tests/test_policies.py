@@ -16,7 +16,9 @@ from specviz.policies import (
     History,
     OnlinePolicy,
     OnlineSelector,
+    ProbeSchedule,
     StepRecord,
+    VerifyCost,
     expected_tokens,
     make_policy,
     predicted_rates,
@@ -60,20 +62,30 @@ def test_expected_tokens_and_argmax_by_hand():
     assert expected_tokens(0.5, 0) == 1
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)
     # a_q = 10 ms, b_p = 40 ms flat: γ=0 → 1/40 = 25 tok/s; γ=1 → 1.5/50 = 30; γ=2 → 1.75/60 = 29.2
-    rates = predicted_rates(0.5, 10.0, (40.0, 0.0), 3)
+    rates = predicted_rates(0.5, 10.0, VerifyCost(40.0, 40.0, 0.0), 3)
     assert rates[0] == pytest.approx(25.0) and rates[1] == pytest.approx(30.0)
     assert max(rates, key=rates.get) == 1
     # drafting costs more than it saves: γ = 0 wins
-    rates = predicted_rates(0.1, 30.0, (40.0, 0.0), 3)
+    rates = predicted_rates(0.1, 30.0, VerifyCost(40.0, 40.0, 0.0), 3)
     assert max(rates, key=rates.get) == 0
+    # a plain step at 25 ms (1e3/25 = 40 tok/s) beats γ = 1 (1.5/50 ms = 30 tok/s), which the line through
+    # the drafted steps alone would extrapolate to 40 ms and lose
+    rates = predicted_rates(0.5, 10.0, VerifyCost(25.0, 40.0, 0.0), 3)
+    assert rates[0] == pytest.approx(40.0) and max(rates, key=rates.get) == 0
+    assert predicted_rates(0.5, 10.0, VerifyCost(None, 40.0, 0.0), 3)[0] == pytest.approx(25.0)
 
 
-def test_verify_model_fits_a_line():
-    hist = History()
-    for g in (1, 2, 3, 4):
+def test_verify_model_fits_a_line_through_drafted_steps_and_times_plain_ones_apart():
+    hist = History(h=4)
+    assert hist.verify_model() is None
+    hist.add(StepRecord(0, 0, 0.0, 25.0, 1, 25.0))
+    assert hist.verify_model() == VerifyCost(25.0, 25.0, 0.0)
+    for g in (1, 2, 3, 4, 1, 2, 3, 4):  # twice the window: the plain step must survive them
         hist.add(StepRecord(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
-    intercept, slope = hist.verify_model()
-    assert intercept == pytest.approx(40) and slope == pytest.approx(3)
+    cost = hist.verify_model()
+    assert cost.plain == 25.0 and cost.intercept == pytest.approx(40) and cost.slope == pytest.approx(3)
+    assert cost(0) == 25.0 and cost(2) == pytest.approx(46)
+    assert hist.acceptance() == 0.0 and len(hist.drafted()) == 4
 
 
 def test_online_policy_picks_zero_then_probes():
@@ -88,11 +100,31 @@ def test_online_policy_picks_zero_then_probes():
     assert "pred_tok_s" in policy.explain()
 
 
-def test_online_policy_goes_long_when_acceptance_is_high():
+def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is_high():
     policy = OnlinePolicy(gamma=2)
+    assert policy.choose(DRAFTER, []) == 2 and "initial" in policy.explain()["reason"]
     for _ in range(10):
         policy.observe(event(2, 2, draft_ms=1.0))
+    assert policy.choose(DRAFTER, []) == 0 and policy.explain()["reason"].startswith("timing")
+    policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))  # a plain step, whoever would have drafted
     assert policy.choose(DRAFTER, []) >= 6
+    assert policy.explain()["b_p_ms"]["0"] == 39.0 and policy.explain()["b_p_ms"]["1"] == 40.0
+
+
+def test_online_policy_stops_drafting_when_a_verify_costs_more_than_the_accepted_tokens_repay():
+    # CPU fp32 shape: a plain step 39 ms, any verify 62 ms; acceptance 0.25 repays 1.33 tokens at best
+    policy = OnlinePolicy(gamma=4, probe=100)
+    policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))
+    for v in (1, 0, 0, 1, 0, 0, 0, 1):
+        policy.observe(event(2, v, draft_ms=1.0, verify_ms=62.0))
+    assert policy.choose(DRAFTER, []) == 0
+
+
+def test_probes_back_off_while_they_do_not_pay_and_start_over_when_drafting_wins():
+    probes = ProbeSchedule(base=2, cap=8)
+    assert [probes.plain() for _ in range(2 + 4 + 8 + 8)] == [False, True] + [False] * 3 + [True] + ([False] * 7 + [True]) * 2
+    probes.drafting()
+    assert [probes.plain() for _ in range(2)] == [False, True]
 
 
 def test_fsm_transitions():
@@ -142,10 +174,10 @@ def test_selector_explores_then_exploits():
     picks = []
     for _ in range(8):
         d = sel.choose([a, b], [])
-        picks.append(d.name)
-        sel.observe(event(4, 4 if d.name == "b" else 0, drafter=d.name))
+        picks.append(d.name if d else None)
+        sel.observe(event(4, 4, drafter="b") if d is b else event(4, 0, drafter="a") if d else event(0, 0, drafter="target"))
     assert picks[:4].count("a") == 2 and picks[:4].count("b") == 2
-    assert picks[4:] == ["b"] * 4
+    assert picks[4:] == [None] + ["b"] * 3  # one plain step times the target alone, then the better draft
 
 
 def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prior():
@@ -164,7 +196,7 @@ def test_selector_pools_the_verify_cost_over_drafters():
     sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
     sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
     sel.observe(event(4, 0, verify_ms=40.0, drafter="b"))
-    assert sel.verify.verify_model() == pytest.approx((20.0, 5.0))
+    assert sel.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0))
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     assert sel.choose([a, b], []).name == "a" and sel.explain()["acc"] == {"a": 0.95, "b": 0.0}
@@ -173,6 +205,7 @@ def test_selector_pools_the_verify_cost_over_drafters():
 def test_selector_skips_an_ngram_drafter_without_a_match():
     model, ngram = named("m"), NGramDrafter()
     sel = OnlineSelector(explore=0)
+    sel.observe(event(0, 0, drafter="target"))
     sel.observe(event(2, 2, drafter="ngram"))  # the n-gram drafter has the better record ...
     sel.observe(event(2, 1, drafter="m"))
     assert sel.choose([ngram, model], [1, 2, 3, 1, 2]).name == "ngram"
@@ -186,9 +219,12 @@ def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
     sel = OnlineSelector(explore=0, probe=4)
     sel.observe(event(0, 0, verify_ms=40.0, drafter="target"))
     sel.observe(event(3, 0, draft_ms=6.0, verify_ms=46.0, drafter="a"))  # never accepted: drafting only costs
-    picks = [sel.choose([a], []) for _ in range(8)]
-    assert [p is None for p in picks] == [True, True, True, False] * 2  # every 4th plain-looking step probes
-    assert sel.explain()["reason"].startswith("probe") and sel.explain()["pred_tok_s"]["plain"] == pytest.approx(25.0)
+    picks, reasons = [], []
+    for _ in range(12):
+        picks.append(sel.choose([a], []))
+        reasons.append(sel.explain()["reason"])
+    assert [p is None for p in picks] == [True] * 3 + [False] + [True] * 7 + [False]  # the 4th probes, then the 8th after it
+    assert reasons[3].startswith("probe") and sel.explain()["pred_tok_s"]["plain"] == pytest.approx(25.0)
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
