@@ -18,7 +18,7 @@ import torch
 from .config import DecodeConfig
 from .judge_data import is_correct
 from .metrics import summarize
-from .models import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
+from .models import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, is_packed
 from .policies import History, record_of
 from .predictor import AcceptancePredictor, fit_weights, prompt_features
 from .quality import quality_table, speed_quality_svg, target_logprob
@@ -196,7 +196,8 @@ def describe_machine(bank: ModelBank) -> str:
         isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
         cpu = f"{name[1].strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX2'})"
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
-    dtypes = ", ".join(f"{m.name} {str(m.dtype).removeprefix('torch.')}" for m in bank.loaded_models())
+    dtypes = ", ".join(f"{m.name} {str(m.dtype).removeprefix('torch.')}{' (oneDNN-packed linears)' if is_packed(m.model) else ''}"
+                       for m in bank.loaded_models())
     return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}; {dtypes}"
 
 

@@ -10,11 +10,15 @@ from specviz.models import (
     OFFLINE_PRESET,
     PRESETS,
     ModelLoadError,
+    PackedLinear,
     check_shared_vocab,
+    is_packed,
     load_model,
+    pack_linears,
     resolve_draft,
     resolve_preset,
     shared_vocab_size,
+    unpack_linears,
 )
 from specviz.policies import LengthPolicy
 from tests.conftest import tiny_llama
@@ -106,3 +110,30 @@ def test_bank_keeps_one_copy_per_dtype(monkeypatch):
     a, b = bank.model("x", "x", torch.float32), bank.model("x", "x", torch.float32)
     c = bank.model("x", "x", torch.bfloat16)
     assert a is b and a is not c and loads == [torch.float32, torch.bfloat16]
+
+
+def test_packed_linears_round_like_the_default_kernel_and_stay_lossless():
+    import torch
+
+    from tests.test_engine import PROMPTS, reference, run
+
+    plain, packed = (tiny_llama(vocab=96, hidden=64, layers=2, seed=0, init_std=0.2) for _ in range(2))
+    draft = tiny_llama(vocab=96, hidden=32, layers=1, seed=1, init_std=0.2)
+    pack_linears(packed.model)
+    pack_linears(draft.model)
+    assert is_packed(packed.model) and not is_packed(plain.model)
+    assert sum(isinstance(m, PackedLinear) for m in packed.model.modules()) == 2 * 7 + 1  # q k v o gate up down, lm_head
+    ids = torch.tensor([PROMPTS[1] * 3])
+    with torch.inference_mode():
+        assert torch.allclose(packed.model(ids).logits, plain.model(ids).logits, atol=1e-4)
+    for gamma in (1, 3, 6):  # engine and transformers' generate on the same packed model agree token for token
+        tokens, _ = run(packed, PROMPTS[1], 40, [ModelDrafter(CachedModel(draft))], gamma)
+        assert tokens == reference(packed, PROMPTS[1], 40)
+    unpack_linears(packed.model)
+    assert not is_packed(packed.model) and isinstance(packed.model.lm_head, torch.nn.Linear)
+    with torch.inference_mode():
+        assert torch.equal(packed.model(ids).logits, plain.model(ids).logits)
+    pack_linears(packed.model)
+    packed.model.to(torch.bfloat16)  # a later cast bypasses the stale fp32 copy instead of using it
+    with torch.inference_mode():
+        assert packed.model(ids).logits.dtype == torch.bfloat16

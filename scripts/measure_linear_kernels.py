@@ -1,0 +1,70 @@
+"""Cached forward cost of the offline target (fp32, CPU) by tokens per forward, with transformers' default
+linear kernels and with oneDNN-prepacked weights (``specviz.models.PackedLinear``), interleaved.
+
+    .venv/bin/python scripts/measure_linear_kernels.py [--reps 15] [--out results/linear_kernels.md]
+
+A 100-token context is cached once per variant; each timed forward feeds n new tokens (n = 1 is a plain
+decoding step, n = γ + 1 a verify) and is cropped away again. The table also gives the largest logit
+difference between the two kernels over the same inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from specviz.bench import describe_machine
+from specviz.models import GGUF_SOURCE, load_model, unpack_linears
+from specviz.runner import ModelBank
+
+SIZES = (1, 2, 3, 5, 8, 11)
+
+
+@torch.inference_mode()
+def main(reps: int, out: Path) -> None:
+    torch.manual_seed(0)
+    variants = {"oneDNN-packed": load_model(GGUF_SOURCE, "packed", dtype=torch.float32).model,
+                "default": load_model(GGUF_SOURCE, "default", dtype=torch.float32).model}
+    unpack_linears(variants["default"])
+    vocab = variants["default"].config.vocab_size
+    context = torch.randint(0, vocab, (1, 100))
+    caches = {}
+    for name, model in variants.items():
+        caches[name] = DynamicCache(config=model.config)
+        model(input_ids=context, past_key_values=caches[name], logits_to_keep=1)
+    times = {(name, n): [] for name in variants for n in SIZES}
+    gap = 0.0
+    for _ in range(reps):
+        for n in SIZES:
+            ids = torch.randint(0, vocab, (1, n))
+            logits = {}
+            for name, model in variants.items():
+                start = time.perf_counter()
+                logits[name] = model(input_ids=ids, past_key_values=caches[name], logits_to_keep=n).logits
+                times[(name, n)].append(time.perf_counter() - start)
+                caches[name].crop(-n)
+            gap = max(gap, (logits["default"] - logits["oneDNN-packed"]).abs().max().item())
+    ms = {key: 1e3 * statistics.median(v) for key, v in times.items()}
+    lines = [f"# Target forward cost by tokens per forward ({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {describe_machine(ModelBank()).rstrip('; ')}. SmolLM2-135M-Instruct, float32, 100-token cached context, "
+             f"median of {reps} interleaved repetitions. Command: `.venv/bin/python scripts/measure_linear_kernels.py`.", "",
+             "| kernel | " + " | ".join(f"{n} tok" for n in SIZES) + " | verify of 5 ÷ plain step |",
+             "|---|" + "---|" * (len(SIZES) + 1)]
+    for name in variants:
+        lines.append(f"| {name} | " + " | ".join(f"{ms[(name, n)]:.1f} ms" for n in SIZES) + f" | {ms[(name, 5)] / ms[(name, 1)]:.2f} |")
+    lines += ["", f"Largest |Δ logit| between the kernels on the same inputs: {gap:.1e}."]
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--out", type=Path, default=Path("results/linear_kernels.md"))
+    a = ap.parse_args()
+    main(a.reps, a.out)
