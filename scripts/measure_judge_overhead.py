@@ -1,4 +1,4 @@
-"""What judge decoding adds to a verify step: the pre-norm capture hook and the 577-parameter head, timed
+"""What judge decoding adds to a verify step: the pre-norm capture hook and the judge head (with its confidence inputs), timed
 against the same verify forward without them (interleaved, medians). Writes results/judge_overhead.md."""
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ def main() -> None:
     target, lm = run.target, run.target.lm
     head = JudgeHead.load(default_head_path(lm.name), lm.name, lm.model.config.hidden_size)
     tokens = run.prompt_ids + [42] * GAMMA
+    draft_ids = torch.tensor(tokens[-GAMMA:])
     target.prefill(run.prompt_ids)
     plain, judged = [], []
     for i in range(REPEATS):
         for capture in ((False, True) if i % 2 else (True, False)):
             start = time.perf_counter()
-            target.forward(tokens, keep=GAMMA + 1, capture=capture)
-            if capture:
-                head.score(target.prenorm[1:]).tolist()
+            logits = target.forward(tokens, keep=GAMMA + 1, capture=capture)
+            if capture:  # as JudgeRule does: states with the drafts as inputs, the rows that predicted them
+                head.score(head.inputs(target.prenorm[1:], logits[:GAMMA], draft_ids)).tolist()
             (judged if capture else plain).append(time.perf_counter() - start)
     base, extra = statistics.median(plain), statistics.median(judged) - statistics.median(plain)
     line = (f"Verify forward of {GAMMA + 1} tokens on `{lm.name}` ({torch.get_num_threads()} threads, {REPEATS} interleaved "
