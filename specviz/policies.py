@@ -48,14 +48,14 @@ class History:
     def drafted(self) -> list[StepRecord]:
         return list(self.steps)
 
-    def acceptance(self) -> float | None:
-        """Censored MLE of per-token acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2), capped at Acc_max."""
-        steps = self.drafted()
-        if not steps:
-            return None
-        accepted = sum(s.accepted for s in steps)
-        rejections = sum(s.accepted < s.gamma for s in steps)
-        return min(self.acc_max, accepted / (accepted + rejections)) if accepted + rejections else self.acc_max
+    def acceptance(self, prior: float | None = None, weight: float = 0.0) -> float | None:
+        """Censored MLE of per-token acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2), capped at Acc_max;
+        ``weight`` pseudo-observations of a ``prior`` rate join both sums (weight 0: the paper's estimate)."""
+        accepted = sum(s.accepted for s in self.steps)
+        trials = accepted + sum(s.accepted < s.gamma for s in self.steps)
+        if prior is not None:
+            accepted, trials = accepted + weight * prior, trials + weight
+        return min(self.acc_max, accepted / trials) if trials else None
 
     def naive_acceptance(self) -> float | None:
         """ΣV / Σγ: biased low (a rejection hides the tokens after it); kept for comparison."""
@@ -219,13 +219,18 @@ class OnlinePolicy(LengthPolicy):
     model (a_q per draft token; b_p(γ) fitted linearly over drafted steps, plain steps timed apart, see
     :meth:`History.verify_model`) and the γ ∈ 0..γ_max maximising predicted tokens per second; γ = 0 is a
     plain target step, taken once early to time it. While γ* = 0 it probes γ = 1 on a
-    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover."""
+    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover.
+
+    The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
+    censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
+    single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's."""
 
     name = "online"
 
-    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 8):
+    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 8,
+                 prior: float = 0.5, prior_weight: float = 1.0):
         super().__init__(gamma)
-        self.gamma_max = gamma_max
+        self.gamma_max, self.prior, self.prior_weight = gamma_max, prior, prior_weight
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.probes = ProbeSchedule(probe)
@@ -233,7 +238,7 @@ class OnlinePolicy(LengthPolicy):
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> int:
         hist = self.histories[drafter.name]
-        acc, a_q, b_p = hist.acceptance(), hist.draft_ms_per_token(), self.verify.verify_model()
+        acc, a_q, b_p = hist.acceptance(self.prior, self.prior_weight), hist.draft_ms_per_token(), self.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             self.why = {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"}
             return self.gamma
@@ -246,7 +251,8 @@ class OnlinePolicy(LengthPolicy):
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = 1, "probe: γ* = 0 for a while"
-        self.why = {"policy": self.name, "gamma": best, "acc": acc, "acc_naive": hist.naive_acceptance(), "a_q_ms": a_q,
+        self.why = {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": hist.acceptance(), "acc_naive": hist.naive_acceptance(),
+                    "a_q_ms": a_q,
                     "b_p_ms": {str(g): b_p(g) for g in rates}, "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason}
         return best
 
@@ -366,13 +372,7 @@ class OnlineSelector(FirstDraft):
         self.why: dict = {}
 
     def acceptance(self, name: str) -> float | None:
-        steps = self.histories[name].drafted()
-        accepted = sum(s.accepted for s in steps)
-        trials = accepted + sum(s.accepted < s.gamma for s in steps)
-        prior = self.priors.get(name)
-        if prior is not None:
-            accepted, trials = accepted + self.prior_weight * prior, trials + self.prior_weight
-        return min(self.histories[name].acc_max, accepted / trials) if trials else None
+        return self.histories[name].acceptance(self.priors.get(name), self.prior_weight)
 
     def predicted(self, drafter: Drafter) -> float | None:
         acc, a_q, b_p = self.acceptance(drafter.name), self.histories[drafter.name].draft_ms_per_token(), self.verify.verify_model()

@@ -111,6 +111,22 @@ def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is
     assert policy.explain()["b_p_ms"]["0"] == 39.0 and policy.explain()["b_p_ms"]["1"] == 40.0
 
 
+def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_the_pure_mle():
+    def after_one_rejection(**kw):
+        policy = OnlinePolicy(gamma=4, **kw)
+        policy.observe(event(0, 0, verify_ms=49.0, drafter="target"))
+        policy.observe(event(4, 0, draft_ms=1.0, verify_ms=58.0))
+        return policy
+
+    # one pseudo-observation at 0.5: acc = 0.5 / 2 = 0.25; γ = 2 → 1.31 / 60 ms = 21.9 tok/s > plain 1 / 49 ms = 20.4
+    policy = after_one_rejection()
+    assert policy.choose(DRAFTER, []) == 2 and policy.explain()["acc"] == pytest.approx(0.25) and policy.explain()["acc_mle"] == 0
+    assert after_one_rejection(prior_weight=0).choose(DRAFTER, []) == 0  # the paper's MLE: 0 after one observation
+    for _ in range(2):
+        policy.observe(event(1, 0, draft_ms=1.0, verify_ms=58.0))
+    assert policy.choose(DRAFTER, []) == 0  # 0.5 / 4 = 0.125: three rejections are evidence enough
+
+
 def test_online_policy_stops_drafting_when_a_verify_costs_more_than_the_accepted_tokens_repay():
     # CPU fp32 shape: a plain step 39 ms, any verify 62 ms; acceptance 0.25 repays 1.33 tokens at best
     policy = OnlinePolicy(gamma=4, probe=100)
