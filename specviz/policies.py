@@ -2,7 +2,8 @@
 
 A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
 returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
-README): history h = 20 steps, Acc_max = 0.95, γ ∈ [1, 10] (0 allowed for ``online``), first probe after 8 plain steps, backing off to 64.
+README): history h = 20 steps, Acc_max = 0.95, one pseudo-observation at 0.5 in ``online``'s estimate,
+γ ∈ [1, 10] (0 allowed for ``online``), first probe after 8 plain steps, backing off to 64.
 """
 
 from __future__ import annotations
