@@ -32,6 +32,15 @@ def record_of(event) -> StepRecord:
     return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms)
 
 
+def file_step(event, histories: dict[str, History], verify: History) -> None:
+    """Record a finished step: ``verify`` times the target on every step (its cost does not depend on who
+    drafted, and plain steps count), a drafter's own history gets the steps it drafted."""
+    rec = record_of(event)
+    verify.add(rec)
+    if event.draft_ids:
+        histories[event.drafter].add(rec)
+
+
 class History:
     """The last ``h`` steps of one drafter, with the paper's estimates over them."""
 
@@ -258,10 +267,7 @@ class OnlinePolicy(LengthPolicy):
         return best
 
     def observe(self, event) -> None:
-        rec = record_of(event)
-        self.verify.add(rec)  # the target's cost does not depend on who drafted, nor do plain steps
-        if event.draft_ids:
-            self.histories[event.drafter].add(rec)
+        file_step(event, self.histories, self.verify)
 
     def explain(self) -> dict:
         return self.why
@@ -412,10 +418,7 @@ class OnlineSelector(FirstDraft):
         return best
 
     def observe(self, event) -> None:
-        rec = record_of(event)
-        self.verify.add(rec)
-        if event.draft_ids:
-            self.histories[event.drafter].add(rec)
+        file_step(event, self.histories, self.verify)
 
     def explain(self) -> dict:
         return self.why
