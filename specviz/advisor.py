@@ -17,6 +17,7 @@ from .cache import CachedModel
 from .config import DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .engine import decode
+from .lean import draft_cache
 from .models import NGRAM_DRAFT, resolve_preset
 from .policies import LengthPolicy
 from .runner import ModelBank, prepare
@@ -49,7 +50,7 @@ def measure_pairs(preset: str, bank: ModelBank, prompts: list[str], gamma: int, 
     models = {TARGET: first.target.lm, **{n: bank.model(src, n) for n, src in resolve_preset(preset).drafts.items()}}
 
     def drafter(name: str) -> Drafter:
-        return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(CachedModel(models[name], vocab))
+        return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(draft_cache(models[name], vocab))
 
     def pair(verifier: str, name: str | None) -> Pair:
         verify, draft, lengths = [], [], []

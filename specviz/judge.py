@@ -29,6 +29,7 @@ from .models import ASSETS, LoadedModel, ModelLoadError
 
 HEAD_FORMAT = "specviz-judge-head/1"
 DEFAULT_L2 = 0.1  # best of 1e-2..1 in 5-fold CV over the train split grouped by question (with the junk items)
+DEFAULT_DECISION_WEIGHT = 1.0
 DEFAULT_JUNK_WEIGHT = 2.0  # vs 1: junk accepted at δ=0.5 0.21 -> 0.16 (CV), 0.20 -> 0.14 (held-out); content AUC -0.015
 
 
@@ -58,6 +59,17 @@ def token_labels(tokenizer, question: str, answer: str, error_at: int | None, ch
     return prompt + list(enc.input_ids), len(prompt), labels
 
 
+def item_labels(tokenizer, item: dict, chat: bool = True) -> tuple[list[int], int, list[int]]:
+    """:func:`token_labels` of a dataset row; a decision row (with ``answer_ids``, see
+    :mod:`specviz.judge_decisions`) labels only its last token, with its ``label``."""
+    if "answer_ids" not in item:
+        return token_labels(tokenizer, item["question"], item["answer"], item["error_at"], chat)
+    from .runner import encode_prompt
+
+    ids = encode_prompt(tokenizer, item["question"], chat) + list(item["answer_ids"])
+    return ids, len(ids) - 1, [int(item["label"])]
+
+
 def confidence_features(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """(n, 2): the target's log p of each token and the top log p, from the logits row that predicted it."""
     logp = logits.float().log_softmax(-1)
@@ -73,7 +85,7 @@ def build_features(lm: LoadedModel, tokenizer, items: list[dict], chat: bool = T
     item), ``target``, ``hidden_size`` and ``chat``."""
     xs, ys, owner, split = [], [], [], []
     for k, it in enumerate(items):
-        ids, start, labels = token_labels(tokenizer, it["question"], it["answer"], it["error_at"], chat)
+        ids, start, labels = item_labels(tokenizer, it, chat)
         states = prenorm_states(lm.model, ids[: start + len(labels)])  # causal: later tokens cannot matter
         with torch.inference_mode():
             logits = lm.model.lm_head(final_norm(lm.model)(states[start - 1: -1]))
@@ -202,18 +214,23 @@ def fold(w: torch.Tensor, b: float, mean: torch.Tensor, std: torch.Tensor) -> tu
 
 def token_kinds(feats: dict, item: torch.Tensor) -> list[str]:
     """Per token of ``item`` (indices into ``feats["item_ids"]``): "junk:<family>" for draft-junk items
-    (source "junk", id ending in "-junk-<family>"), "content" for the others."""
+    (source "junk", id ending in "-junk-<family>"), "decision" for outcome-labelled decisions, "content" for
+    the others."""
     sources = feats.get("sources") or ["junk" if "-junk-" in i else "" for i in feats["item_ids"]]
-    kinds = [f"junk:{i.rsplit('-junk-', 1)[-1]}" if s == "junk" else "content" for i, s in zip(feats["item_ids"], sources)]
+    kinds = [f"junk:{i.rsplit('-junk-', 1)[-1]}" if s == "junk" else s if s == "decision" else "content"
+             for i, s in zip(feats["item_ids"], sources)]
     return [kinds[k] for k in item.tolist()]
 
 
-def sample_weights(kinds: list[str], y: torch.Tensor, junk_weight: float = DEFAULT_JUNK_WEIGHT) -> torch.Tensor:
-    """Per-token training weights: ``junk_weight`` for the first-error tokens of junk items, 1 elsewhere. The
-    class weights are computed from token counts first, so a weight above 1 shifts the head towards rejecting
-    (the share of the negatives grows) rather than taking weight from the content errors."""
+def sample_weights(kinds: list[str], y: torch.Tensor, junk_weight: float = DEFAULT_JUNK_WEIGHT,
+                   decision_weight: float = DEFAULT_DECISION_WEIGHT) -> torch.Tensor:
+    """Per-token training weights: ``junk_weight`` for the first-error tokens of junk items, ``decision_weight``
+    for decision tokens, 1 elsewhere. The class weights are computed from token counts first, so a junk weight
+    above 1 shifts the head towards rejecting (the share of the negatives grows) rather than taking weight
+    from the content errors."""
     junk = torch.tensor([k.startswith("junk") for k in kinds], dtype=torch.bool)
-    return torch.where(junk & (y < 0.5), junk_weight, 1.0).float()
+    decision = torch.tensor([k == "decision" for k in kinds], dtype=torch.bool)
+    return torch.where(junk & (y < 0.5), junk_weight, torch.where(decision, decision_weight, 1.0)).float()
 
 
 def train_head(X: torch.Tensor, y: torch.Tensor, *, target: str = "", l2: float = DEFAULT_L2, epochs: int = 500,

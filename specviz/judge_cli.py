@@ -1,6 +1,6 @@
 """``python -m specviz judge build|train|eval``: features from the dataset, the head, its held-out report.
 
-    python -m specviz judge build                    # assets/judge/dataset.jsonl -> .cache/judge/features.pt
+    python -m specviz judge build                    # assets/judge/{dataset,decisions}.jsonl -> .cache/judge/features.pt
     python -m specviz judge train                    # split "train" -> assets/judges/<target>.json, report on "heldout"
     python -m specviz judge eval                     # -> results/judge_eval.md
 """
@@ -17,6 +17,7 @@ import torch
 
 from .config import ConfigError
 from .judge import (
+    DEFAULT_DECISION_WEIGHT,
     DEFAULT_JUNK_WEIGHT,
     DEFAULT_L2,
     JudgeHead,
@@ -32,6 +33,7 @@ from .judge import (
 from .models import ASSETS, OFFLINE_PRESET, resolve_preset
 
 DATASET = ASSETS / "judge" / "dataset.jsonl"
+DECISIONS = ASSETS / "judge" / "decisions.jsonl"
 FEATURES = Path(".cache/judge/features.pt")
 FIELDS = {"id": str, "category": str, "question": str, "answer": str, "split": str, "source": str}
 SWEEP = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -41,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     j = subparsers.add_parser("judge", help="build features, train and evaluate the judge head (judge decoding)")
     sub = j.add_subparsers(dest="judge_command", metavar="build|train|eval", required=True, parser_class=type(j))
     b = sub.add_parser("build", help="pre-norm target states + labels of every dataset token")
-    b.add_argument("--dataset", type=Path, default=DATASET)
+    b.add_argument("--dataset", type=Path, nargs="+", default=[DATASET, DECISIONS],
+                   help="JSONL files: TokenCourt-style items and/or outcome-labelled decisions")
     b.add_argument("--preset", default=OFFLINE_PRESET)
     b.add_argument("--no-chat", action="store_true", help="do not apply the chat template to the questions")
     b.add_argument("--out", type=Path, default=FEATURES)
@@ -51,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--l2", type=float, default=DEFAULT_L2, help="L2 penalty on the standardised weights")
     t.add_argument("--junk-weight", type=float, default=DEFAULT_JUNK_WEIGHT,
                    help="weight of the first errors of draft-junk items (on top of class weighting)")
+    t.add_argument("--decision-weight", type=float, default=DEFAULT_DECISION_WEIGHT,
+                   help="weight of the outcome-labelled decision tokens (on top of class weighting)")
     t.add_argument("--epochs", type=int, default=500, help="L-BFGS iterations at most")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threshold", type=float, default=0.5)
@@ -77,6 +82,11 @@ def _row(line: str, n: int) -> dict:
     bad = [k for k, kind in FIELDS.items() if not isinstance(row.get(k), kind)]
     if bad:
         raise ConfigError(f"line {n}: missing or mistyped field(s) {', '.join(bad)}")
+    if "answer_ids" in row:
+        ids, label = row["answer_ids"], row.get("label")
+        if not (isinstance(ids, list) and ids and all(isinstance(t, int) and t >= 0 for t in ids)) or label not in (0, 1):
+            raise ConfigError(f"line {n}: a decision needs answer_ids (token ids) and a label of 0 or 1")
+        row["error_at"] = None
     at = row.get("error_at")
     if at is not None and not (isinstance(at, int) and 0 <= at < len(row["answer"])):
         raise ConfigError(f"line {n}: error_at must be null or a character offset inside the answer, got {at!r}")
@@ -86,12 +96,15 @@ def _row(line: str, n: int) -> dict:
 
 
 def read_dataset(path: Path) -> list[dict]:
-    """Rows of the judge dataset (JSONL), checked; raises ConfigError with the offending line."""
+    """Rows of a judge dataset file (JSONL), checked; raises ConfigError with the offending line."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read the judge dataset {path}: {exc.strerror}") from None
-    rows = [_row(line, n) for n, line in enumerate(lines, 1) if line.strip()]
+    try:
+        rows = [_row(line, n) for n, line in enumerate(lines, 1) if line.strip()]
+    except ConfigError as exc:
+        raise ConfigError(f"{path.name} {exc}") from None
     if not rows:
         raise ConfigError(f"the judge dataset {path} is empty")
     return rows
@@ -114,13 +127,13 @@ def _split(feats: dict, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 def cmd_build(a: argparse.Namespace) -> int:
     from .runner import ModelBank
 
-    items = read_dataset(a.dataset)
+    items = [row for path in a.dataset for row in read_dataset(path)]
     preset, bank = resolve_preset(a.preset), ModelBank()
     tokenizer = bank.tokenizer(preset.target)
     lm = bank.target(preset)
     start = time.perf_counter()
     feats = build_features(lm, tokenizer, items, chat=not a.no_chat)
-    feats["dataset"] = str(a.dataset)
+    feats["dataset"] = ", ".join(p.name for p in a.dataset)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(feats, a.out)
     y = feats["y"]
@@ -138,10 +151,11 @@ def cmd_train(a: argparse.Namespace) -> int:
     if a.confidence and X.shape[1] != hidden + 2:
         raise ConfigError(f"{a.features} has no confidence features: rerun `python -m specviz judge build` (or train --no-confidence)")
     start = time.perf_counter()
-    weight = sample_weights(token_kinds(feats, item), y, a.junk_weight)
+    weight = sample_weights(token_kinds(feats, item), y, a.junk_weight, a.decision_weight)
     head = train_head(X if a.confidence else X[:, :hidden], y, target=feats["target"], l2=a.l2, epochs=a.epochs, seed=a.seed,
                       sample_weight=weight, hidden_size=hidden)
-    head.meta.update(items=len(item.unique()), dataset=Path(feats["dataset"]).name, chat=feats["chat"], junk_weight=a.junk_weight)
+    head.meta.update(items=len(item.unique()), dataset=feats["dataset"], chat=feats["chat"], junk_weight=a.junk_weight,
+                     decision_weight=a.decision_weight)
     out = a.out or default_head_path(feats["target"])
     head.save(out)
     print(f"trained a {head.n_parameters}-parameter head on {len(y)} tokens in {time.perf_counter() - start:.1f}s -> {out}",
@@ -174,6 +188,23 @@ def _sweep(scores: torch.Tensor, y: torch.Tensor, kinds: list[str]) -> list[str]
     return lines
 
 
+def _decisions(scores: torch.Tensor, y: torch.Tensor, kinds: list[str]) -> list[str]:
+    """The judge's real decisions (outcome-labelled draft proposals): AUC and what each δ accepts."""
+    m = torch.tensor([k == "decision" for k in kinds], dtype=torch.bool)
+    if not m.any():
+        return []
+    s, good = scores[m], y[m].bool()
+    lines = ["", f"Outcome-labelled decisions ({int(m.sum())} held-out draft proposals that differ from the target's token, "
+             f"{int(good.sum())} of them acceptable: the target still reaches its own answer after accepting it): "
+             f"ROC AUC {roc_auc(s, y[m]):.3f}.", "",
+             "| δ | acceptable decisions accepted | harmful decisions accepted |", "|---|---|---|"]
+    for d in SWEEP:
+        acc = s > d
+        cells = [acc[g].float().mean() if g.any() else float("nan") for g in (good, ~good)]
+        lines.append(f"| {d:g} | " + " | ".join("n/a" if c != c else f"{c:.3f}" for c in cells) + " |")
+    return lines
+
+
 def cmd_eval(a: argparse.Namespace) -> int:
     feats = load_features(a.features)
     path = a.head or default_head_path(feats["target"])
@@ -191,7 +222,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
         f"{' + the target log p of the token and top log p' if head.confidence else ' only'}); head `{path.name}` trained on "
         f"{head.meta.get('tokens', '?')} tokens of {head.meta.get('items', '?')} items (l2 = {head.meta.get('l2', '?')}, "
         f"junk weight {head.meta.get('junk_weight', 1)}). "
-        f"Dataset `{Path(feats['dataset']).name}`: {train_tokens} train / {len(y)} held-out tokens, "
+        f"Data `{feats['dataset']}`: {train_tokens} train / {len(y)} held-out tokens, "
         f"{len(item.unique())} held-out items. Generated by `python -m specviz judge eval`.",
         "",
         report_markdown(evaluate(head, X, y, a.threshold, kinds)),
@@ -202,6 +233,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
         "Acceptance by the judge alone over δ (the engine accepts a token if exact verification *or* the judge does):",
         "",
         *_sweep(scores, y, kinds),
+        *_decisions(scores, y, kinds),
     ]) + "\n"
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)

@@ -18,6 +18,7 @@ from specviz.judge import (
     evaluate,
     fit_logistic,
     fold,
+    item_labels,
     report_markdown,
     roc_auc,
     sample_weights,
@@ -113,6 +114,20 @@ def test_features_are_prenorm_states_at_the_answer_tokens(tiny_target):
     answer = torch.tensor(ids[start:start + 3])
     torch.testing.assert_close(feats["X"][:3, 64], logp[rows, answer], atol=1e-4, rtol=0)
     torch.testing.assert_close(feats["X"][:3, 65], logp[rows].max(-1).values, atol=1e-4, rtol=0)
+
+
+def test_a_decision_labels_only_its_last_token_and_weighs_as_told(tiny_target):
+    tok = WordTokenizer()
+    decision = {"id": "d", "category": "x", "question": "q one", "answer": "a bb", "answer_ids": [7, 8, 9], "label": 0,
+                "split": "train", "source": "decision"}
+    ids, start, labels = item_labels(tok, decision)
+    assert ids == tok("q one").input_ids + [7, 8, 9] and start == len(ids) - 1 and labels == [0]
+    feats = build_features(tiny_target, tok, [*_items(), {**decision, "error_at": None}])
+    assert feats["y"].tolist() == [1, 1, 0, 1, 1, 1, 0] and feats["item"].tolist()[-1] == 2
+    torch.testing.assert_close(feats["X"][-1, :64], prenorm_states(tiny_target.model, ids)[-1])
+    kinds = token_kinds(feats, feats["item"])
+    assert kinds == ["content"] * 6 + ["decision"]
+    assert sample_weights(kinds, feats["y"], 2.0, 3.0).tolist() == [1, 1, 1, 1, 1, 1, 3]
 
 
 def _separable(n, seed, neg_rate=0.1):
@@ -306,6 +321,10 @@ def test_cli_train_and_eval_on_saved_features(tmp_path, capsys):
     ('{"id": "a"}', "missing or mistyped"),
     ('{"id": "a", "category": "c", "question": "q", "answer": "ab", "error_at": 2, "split": "train", "source": "s"}', "error_at"),
     ('{"id": "a", "category": "c", "question": "q", "answer": "ab", "error_at": null, "split": "dev", "source": "s"}', "split"),
+    ('{"id": "a", "category": "c", "question": "q", "answer": "a", "answer_ids": [], "label": 1, "split": "train", "source": "decision"}',
+     "answer_ids"),
+    ('{"id": "a", "category": "c", "question": "q", "answer": "a", "answer_ids": [4], "label": 2, "split": "train", "source": "d"}',
+     "label of 0 or 1"),
 ])
 def test_dataset_rows_are_checked(tmp_path, line, fragment):
     path = tmp_path / "d.jsonl"

@@ -1,0 +1,126 @@
+"""A lean forward for small Llama-style drafts: the weights of a transformers model, a preallocated KV cache
+and a dozen tensor ops per layer, in the spirit of gpt-fast's ``generate.py``.
+
+A draft of a few million parameters spends most of a transformers forward in Python (masks, cache objects,
+module hooks), not in arithmetic. :class:`LeanCachedModel` keeps :class:`~specviz.cache.CachedModel`'s
+contract (full token list in, logits of the last ``keep`` positions out, lazy rollback to the common
+prefix), so drafters cannot tell them apart. Only drafts use it: a draft's rounding never changes what
+speculative decoding emits (the target verifies every token), while the target keeps transformers' forward
+so that greedy decoding matches ``generate`` token for token.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .models import LoadedModel
+
+
+def supports_lean(lm: LoadedModel) -> bool:
+    """Plain Llama: no biases, SiLU MLP, default RoPE, a single tensor-parallel slice."""
+    c = lm.model.config
+    rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    return (c.model_type == "llama" and not c.attention_bias and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
+            and getattr(c, "pretraining_tp", 1) == 1 and rope.get("rope_type", "default") == "default")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in float32, scale in the input dtype."""
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+class LeanCachedModel:
+    """A :class:`~specviz.cache.CachedModel` look-alike whose forward is :meth:`_forward` over a static cache."""
+
+    def __init__(self, lm: LoadedModel, vocab_size: int | None = None):
+        m, c = lm.model, lm.model.config
+        self.lm, self.name = lm, lm.name
+        self.vocab_size = vocab_size or lm.vocab_size
+        self.ids: list[int] = []
+        self.forwards, self.forward_s, self.prenorm = 0, 0.0, None
+        self.heads, self.kv_heads, self.eps = c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.embed, self.norm, self.head = m.model.embed_tokens.weight, m.model.norm.weight, m.lm_head.weight
+        self.layers = []
+        for layer in m.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            self.layers.append((layer.input_layernorm.weight, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                                a.o_proj.weight, layer.post_attention_layernorm.weight,
+                                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight))
+        self.inv_freq = m.model.rotary_emb.inv_freq.float()
+        self.k = self.v = torch.empty(0)
+        self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+
+    def _reserve(self, length: int) -> None:
+        """Grow the cache (doubling) to hold ``length`` positions."""
+        have = self.k.shape[3] if self.k.dim() == 5 else 0
+        if length <= have:
+            return
+        size = max(length, 2 * have, 256)
+        shape = (len(self.layers), 1, self.kv_heads, size, self.head_dim)
+        k = torch.zeros(shape, dtype=self.embed.dtype, device=self.embed.device)
+        v = torch.zeros_like(k)
+        if have:
+            k[:, :, :, :have], v[:, :, :, :have] = self.k, self.v
+        self.k, self.v = k, v
+
+    def _forward(self, new: torch.Tensor, start: int, keep: int) -> torch.Tensor:
+        """Hidden states feed ``new`` (T,) at positions start.. and return logits of the last ``keep``."""
+        t = len(new)
+        end = start + t
+        self._reserve(end)
+        angles = torch.arange(start, end, device=new.device, dtype=torch.float32)[:, None] * self.inv_freq
+        angles = torch.cat([angles, angles], -1)
+        cos, sin = angles.cos().to(self.embed.dtype), angles.sin().to(self.embed.dtype)
+        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=new.device).tril(start)
+        x = F.embedding(new, self.embed)[None]
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
+            q, k, v = F.linear(rms_norm(x, ln1, self.eps), qkv).split([q_size, kv_size, kv_size], -1)
+            q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
+            self.k[i, :, :, start:end] = rotate(k.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+            self.v[i, :, :, start:end] = v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :end], self.v[i, :, :, :end], attn_mask=mask,
+                                               enable_gqa=self.kv_heads != self.heads)
+            x = x + F.linear(y.transpose(1, 2).reshape(1, t, q_size), o)
+            g, u = F.linear(rms_norm(x, ln2, self.eps), gate_up).chunk(2, -1)
+            x = x + F.linear(F.silu(g) * u, down)
+        return F.linear(rms_norm(x[0, -keep:], self.norm, self.eps), self.head)
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], keep: int = 1, capture: bool = False) -> torch.Tensor:
+        """Logits (keep, vocab) for the last ``keep`` positions of ``tokens`` (no pre-norm capture: drafts only)."""
+        if capture:
+            raise ValueError("the lean forward does not capture pre-norm states")
+        n = min(len(self.ids), len(tokens) - keep)
+        if self.ids[:n] != tokens[:n]:
+            n = next(i for i, (a, b) in enumerate(zip(self.ids, tokens)) if a != b)
+        del self.ids[n:]  # positions past n are simply overwritten
+        new = tokens[n:]
+        start = time.perf_counter()
+        logits = self._forward(torch.tensor(new, device=self.embed.device), n, keep)
+        self._sync()
+        self.forward_s += time.perf_counter() - start
+        self.ids.extend(new)
+        self.forwards += 1
+        return logits[:, : self.vocab_size]
+
+    def prefill(self, tokens: list[int]) -> None:
+        if len(tokens) > 1:
+            self.forward(tokens[:-1], keep=1)
+
+
+def draft_cache(lm: LoadedModel, vocab_size: int | None = None):
+    """The cached model a draft runs on: the lean forward where the architecture allows, transformers' otherwise."""
+    from .cache import CachedModel
+
+    return LeanCachedModel(lm, vocab_size) if supports_lean(lm) else CachedModel(lm, vocab_size)

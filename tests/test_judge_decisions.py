@@ -1,0 +1,30 @@
+"""Outcome-labelled decisions: which questions they may use, and what counts as keeping the answer."""
+
+import pytest
+
+from specviz import judge_data as jd
+from specviz.judge_decisions import answer_key, training_questions
+
+
+def test_training_questions_never_touch_the_held_out_or_eval_questions():
+    qs = jd.questions()
+    split = jd.splits(qs)
+    forbidden = {q.text for q in qs if split[q.text] == "heldout"} | {e["question"] for e in jd.eval_questions(qs, split)}
+    picked = training_questions(40)
+    texts = [q.text for q in picked]
+    assert len(texts) == len(set(texts)) and not forbidden & set(texts)
+    assert {q.category for q in picked} == {"arithmetic", "units", "facts"} and all(q.expected for q in picked)
+    fresh = [q for q in picked if q.text not in {x.text for x in qs}]
+    assert len(fresh) == 40 and training_questions(40)[-1].text == texts[-1]  # seeded
+
+
+@pytest.mark.parametrize("text, expected, key", [
+    ("7 + 5 = 12. The answer is 12.", "12", "12"),
+    ("It is 1,250 metres, not 1250.5", "1250", "1250.5"),
+    ("No number here.", "3", None),
+    ("The capital of France is Paris.", "Paris", "Paris"),
+    ("The capital of France is Lyon.", "Paris", None),
+])
+def test_the_answer_key_is_the_last_number_or_the_expected_word(text, expected, key):
+    q = jd.Question("x", "q", ("{r}",), {}, (), (expected,))
+    assert answer_key(text, q) == key
