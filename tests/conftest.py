@@ -11,12 +11,12 @@ import torch  # noqa: E402
 from specviz.models import LoadedModel  # noqa: E402
 
 
-def tiny_llama(vocab: int, hidden: int, layers: int, seed: int, init_std: float = 0.02) -> LoadedModel:
+def tiny_llama(vocab: int, hidden: int, layers: int, seed: int, init_std: float = 0.02, heads: int = 2, kv_heads: int = 2) -> LoadedModel:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
                          initializer_range=init_std, eos_token_id=None, bos_token_id=None, pad_token_id=None)
     model = LlamaForCausalLM(config).eval()
     model.generation_config.eos_token_id = None

@@ -8,6 +8,7 @@ from specviz.drafters import ModelDrafter
 from specviz.engine import decode
 from specviz.lean import LeanCachedModel, draft_cache, supports_lean
 from specviz.sampling import Sampler
+from tests.conftest import tiny_llama
 
 
 def _feeds(seed: int) -> list[tuple[list[int], int]]:
@@ -21,20 +22,17 @@ def _feeds(seed: int) -> list[tuple[list[int], int]]:
     return feeds
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_lean_forward_matches_transformers(tiny_target, dtype):
-    lm = tiny_target
+@pytest.mark.parametrize("dtype, kv_heads", [(torch.float32, 4), (torch.float32, 2), (torch.bfloat16, 4)])
+def test_lean_forward_matches_transformers(dtype, kv_heads):
+    lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=5, init_std=0.2, heads=4, kv_heads=kv_heads)  # kv_heads 2: grouped queries
     lm.model.to(dtype)
-    try:
-        hf, lean = CachedModel(lm), LeanCachedModel(lm)
-        for tokens, keep in _feeds(0):
-            a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
-            tol = 1e-5 if dtype == torch.float32 else 3e-2
-            torch.testing.assert_close(b.float(), a.float(), atol=tol, rtol=0)
-            assert lean.ids == hf.ids == tokens
-        assert lean.forwards == hf.forwards and lean.forward_s > 0
-    finally:
-        lm.model.to(torch.float32)
+    hf, lean = CachedModel(lm), LeanCachedModel(lm)
+    for tokens, keep in _feeds(0):
+        a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
+        tol = 1e-5 if dtype == torch.float32 else 3e-2
+        torch.testing.assert_close(b.float(), a.float(), atol=tol, rtol=0)
+        assert lean.ids == hf.ids == tokens
+    assert lean.forwards == hf.forwards and lean.forward_s > 0
 
 
 def test_the_cache_grows_past_its_first_reservation(tiny_draft):
