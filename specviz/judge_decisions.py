@@ -1,6 +1,7 @@
 """Outcome-labelled draft decisions: the judge's real decisions, labelled by what accepting them does.
 
     python -m specviz.judge_decisions build [--extra 120] [--out assets/judge/decisions.jsonl]
+    python -m specviz.judge_decisions build --on-policy 100 [--threshold 0.5]   # after training a head on the above
 
 The TokenCourt-style items of :mod:`specviz.judge_data` teach which *phrasings* are right; this file teaches
 what the judge actually faces while decoding: a token the draft proposes where the target would have written
@@ -19,6 +20,11 @@ questions, plus ``--extra`` fresh easy arithmetic and unit questions that are ne
 Row: ``{id, category, question, answer, answer_ids, label, split, source: "decision"}``; ``answer_ids`` are
 the reference prefix's token ids followed by the proposal, and only that last token is labelled (``answer``
 is its text, for reading). A seeded ``HELDOUT`` share of the questions is ``split="heldout"``.
+
+``--on-policy N`` appends a DAgger round: on N random questions, judge decoding with the bundled head runs
+as in the benchmark, and every token it accepted beyond exact verification becomes a decision (id
+``on-policy-…``), labelled by step 3. Those are the off-trajectory states (loops, derailed sentences) that
+teacher-forced proposals never reach.
 """
 
 from __future__ import annotations
