@@ -19,17 +19,20 @@ class CachedModel:
     """
 
     def __init__(self, lm: LoadedModel, vocab_size: int | None = None):
-        from transformers import DynamicCache
-
         self.lm = lm
         self.name = lm.name
         self.vocab_size = vocab_size or lm.vocab_size
-        self.cache = DynamicCache(config=lm.model.config)
         self.ids: list[int] = []
         self.forwards = 0
         self.forward_s = 0.0
         self.prenorm: torch.Tensor | None = None
         self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+        self._init_cache()
+
+    def _init_cache(self) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.lm.model.config)
 
     def _common_prefix(self, tokens: list[int]) -> int:
         n = min(len(self.ids), len(tokens))
@@ -37,28 +40,34 @@ class CachedModel:
             return n
         return next(i for i, (a, b) in enumerate(zip(self.ids, tokens)) if a != b)
 
-    def _crop_to(self, n: int) -> None:
-        if n < len(self.ids):
-            self.cache.crop(n - len(self.ids))
-            del self.ids[n:]
+    def _drop_after(self, n: int) -> None:
+        """Forget cached positions from ``n`` on (``n`` < len(self.ids))."""
+        self.cache.crop(n - len(self.ids))
+
+    def _run(self, new: list[int], keep: int, capture: bool) -> torch.Tensor:
+        """Feed ``new`` after the cached positions; logits (keep, full vocab) of the last ``keep`` positions."""
+        ids = torch.tensor([new], device=self.lm.device)
+        with capture_prenorm(self.lm.model) if capture else nullcontext() as slot:
+            out = self.lm.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        self.prenorm = slot["states"][0, -keep:] if capture else None
+        return out.logits[0, -keep:]
 
     @torch.inference_mode()
     def forward(self, tokens: list[int], keep: int = 1, capture: bool = False) -> torch.Tensor:
         """Logits (keep, vocab) for the last ``keep`` positions of ``tokens``; with ``capture``, their
         pre-final-norm hidden states are left in ``self.prenorm`` (keep, hidden)."""
-        self._crop_to(min(self._common_prefix(tokens), len(tokens) - keep))
-        n = len(self.ids)
+        n = min(self._common_prefix(tokens), len(tokens) - keep)
+        if n < len(self.ids):
+            self._drop_after(n)
+            del self.ids[n:]
         new = tokens[n:]
-        ids = torch.tensor([new], device=self.lm.device)
         start = time.perf_counter()
-        with capture_prenorm(self.lm.model) if capture else nullcontext() as slot:
-            out = self.lm.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        logits = self._run(new, keep, capture)
         self._sync()
-        self.prenorm = slot["states"][0, -keep:] if capture else None
         self.forward_s += time.perf_counter() - start
         self.ids.extend(new)
         self.forwards += 1
-        return out.logits[0, -keep:, : self.vocab_size]
+        return logits[:, : self.vocab_size]
 
     def prefill(self, tokens: list[int]) -> None:
         """Process everything but the last token (the next forward feeds it with its drafts)."""

@@ -36,13 +36,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from . import judge_data as jd
 
 OUT = jd.OUT_DIR / "decisions.jsonl"
 MAX_NEW_TOKENS = 48  # the judge benchmark's budget
-BATCH = 32
 PER_QUESTION = 12  # decisions labelled per question at most (a random sample): more questions beat more cuts of one
 
 
@@ -80,39 +77,6 @@ def answer_key(text: str, q: jd.Question) -> str | None:
     return q.expected[0] if jd.is_correct(text, list(q.expected)) else None
 
 
-def _left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(map(len, rows))
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask
-
-
-@torch.inference_mode()
-def greedy_finish(model, rows: list[list[int]], budgets: list[int], pad: int, stops: set[int]) -> list[list[int]]:
-    """Greedy continuations of ``rows`` (left-padded batches), each cut at its budget and its first stop id."""
-    out: list[list[int]] = [[] for _ in rows]
-    order = sorted(range(len(rows)), key=lambda i: budgets[i])
-    for start in range(0, len(order), BATCH):
-        chunk = order[start:start + BATCH]
-        todo = [i for i in chunk if budgets[i] > 0]
-        if not todo:
-            continue
-        ids, mask = _left_padded([rows[i] for i in todo], pad)
-        seqs = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max(budgets[i] for i in todo),
-                              pad_token_id=pad)[:, ids.shape[1]:].tolist()
-        for i, row in zip(todo, seqs):
-            row = row[:budgets[i]]
-            out[i] = row[:next((k for k, t in enumerate(row) if t in stops), len(row))]
-    return out
-
-
-@torch.inference_mode()
-def proposals(draft, prompt: list[int], answer: list[int]) -> list[int]:
-    """The draft's greedy token for every position of ``answer``, teacher-forced on ``prompt + answer``."""
-    logits = draft(input_ids=torch.tensor([prompt + answer], device=draft.device)).logits[0, len(prompt) - 1: -1]
-    return logits.argmax(-1).tolist()
-
-
 def judged_cuts(bank, question: str, threshold: float) -> list[tuple[list[int], int]]:
     """(answer prefix, token) of every token judge decoding (the bundled head at ``threshold``) accepted beyond
     exact verification while answering ``question``."""
@@ -147,7 +111,7 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
     rows = [json.loads(line) for line in out.read_text().splitlines()] if on_policy else []
     kept = len(rows)
     prompts = [encode_prompt(tok, qs[k].text, chat=True) for k in picked]
-    refs = greedy_finish(target.model, prompts, [MAX_NEW_TOKENS] * len(prompts), pad, stops)
+    refs = jd.greedy_finish(target.model, prompts, [MAX_NEW_TOKENS] * len(prompts), pad, stops)
     for done, (k, prompt, ref) in enumerate(zip(picked, prompts, refs), 1):
         q = qs[k]
         key = answer_key(tok.decode(ref, skip_special_tokens=True), q)
@@ -156,9 +120,9 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
         if on_policy:
             cuts = judged_cuts(bank, q.text, threshold)
         else:
-            cuts = [(ref[:t], d) for t, d in enumerate(proposals(draft, prompt, ref)) if d != ref[t]]
+            cuts = [(ref[:t], d) for t, d in enumerate(jd.teacher_forced_argmax(draft, prompt, ref)) if d != ref[t]]
             cuts = sorted(rng.sample(cuts, min(PER_QUESTION, len(cuts))))
-        tails = greedy_finish(target.model, [prompt + a + [d] for a, d in cuts],
+        tails = jd.greedy_finish(target.model, [prompt + a + [d] for a, d in cuts],
                               [0 if d in stops else MAX_NEW_TOKENS - len(a) - 1 for a, d in cuts], pad, stops)
         for n, ((a, d), tail) in enumerate(zip(cuts, tails)):
             text = tok.decode(a + [d] + tail, skip_special_tokens=True)

@@ -11,11 +11,10 @@ so that greedy decoding matches ``generate`` token for token.
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
+from .cache import CachedModel
 from .models import LoadedModel
 
 
@@ -38,15 +37,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
-class LeanCachedModel:
-    """A :class:`~specviz.cache.CachedModel` look-alike whose forward is :meth:`_forward` over a static cache."""
+class LeanCachedModel(CachedModel):
+    """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a static cache."""
 
     def __init__(self, lm: LoadedModel, vocab_size: int | None = None):
         m, c = lm.model, lm.model.config
-        self.lm, self.name = lm, lm.name
-        self.vocab_size = vocab_size or lm.vocab_size
-        self.ids: list[int] = []
-        self.forwards, self.forward_s, self.prenorm = 0, 0.0, None
         self.heads, self.kv_heads, self.eps = c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.embed, self.norm, self.head = m.model.embed_tokens.weight, m.model.norm.weight, m.lm_head.weight
@@ -57,32 +52,40 @@ class LeanCachedModel:
                                 a.o_proj.weight, layer.post_attention_layernorm.weight,
                                 torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight))
         self.inv_freq = m.model.rotary_emb.inv_freq.float()
-        self.k = self.v = torch.empty(0)
-        self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+        super().__init__(lm, vocab_size)
+
+    def _init_cache(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def _drop_after(self, n: int) -> None:
+        """Nothing to do: positions from ``n`` on are overwritten by the next feed."""
 
     def _reserve(self, length: int) -> None:
         """Grow the cache (doubling) to hold ``length`` positions."""
-        have = self.k.shape[3] if self.k.dim() == 5 else 0
+        have = 0 if self.k is None else self.k.shape[3]
         if length <= have:
             return
-        size = max(length, 2 * have, 256)
-        shape = (len(self.layers), 1, self.kv_heads, size, self.head_dim)
+        shape = (len(self.layers), 1, self.kv_heads, max(length, 2 * have, 256), self.head_dim)
         k = torch.zeros(shape, dtype=self.embed.dtype, device=self.embed.device)
         v = torch.zeros_like(k)
         if have:
             k[:, :, :, :have], v[:, :, :, :have] = self.k, self.v
         self.k, self.v = k, v
 
-    def _forward(self, new: torch.Tensor, start: int, keep: int) -> torch.Tensor:
-        """Hidden states feed ``new`` (T,) at positions start.. and return logits of the last ``keep``."""
-        t = len(new)
+    def _run(self, new: list[int], keep: int, capture: bool) -> torch.Tensor:
+        """Feed ``new`` at positions len(self.ids).. and return logits of the last ``keep``."""
+        if capture:
+            raise ValueError("the lean forward does not capture pre-norm states")
+        start, t = len(self.ids), len(new)
         end = start + t
         self._reserve(end)
-        angles = torch.arange(start, end, device=new.device, dtype=torch.float32)[:, None] * self.inv_freq
+        device = self.embed.device
+        angles = torch.arange(start, end, device=device, dtype=torch.float32)[:, None] * self.inv_freq
         angles = torch.cat([angles, angles], -1)
         cos, sin = angles.cos().to(self.embed.dtype), angles.sin().to(self.embed.dtype)
-        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=new.device).tril(start)
-        x = F.embedding(new, self.embed)[None]
+        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=device).tril(start)
+        x = F.embedding(torch.tensor(new, device=device), self.embed)[None]
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
             q, k, v = F.linear(rms_norm(x, ln1, self.eps), qkv).split([q_size, kv_size, kv_size], -1)
@@ -96,31 +99,7 @@ class LeanCachedModel:
             x = x + F.linear(F.silu(g) * u, down)
         return F.linear(rms_norm(x[0, -keep:], self.norm, self.eps), self.head)
 
-    @torch.inference_mode()
-    def forward(self, tokens: list[int], keep: int = 1, capture: bool = False) -> torch.Tensor:
-        """Logits (keep, vocab) for the last ``keep`` positions of ``tokens`` (no pre-norm capture: drafts only)."""
-        if capture:
-            raise ValueError("the lean forward does not capture pre-norm states")
-        n = min(len(self.ids), len(tokens) - keep)
-        if self.ids[:n] != tokens[:n]:
-            n = next(i for i, (a, b) in enumerate(zip(self.ids, tokens)) if a != b)
-        del self.ids[n:]  # positions past n are simply overwritten
-        new = tokens[n:]
-        start = time.perf_counter()
-        logits = self._forward(torch.tensor(new, device=self.embed.device), n, keep)
-        self._sync()
-        self.forward_s += time.perf_counter() - start
-        self.ids.extend(new)
-        self.forwards += 1
-        return logits[:, : self.vocab_size]
 
-    def prefill(self, tokens: list[int]) -> None:
-        if len(tokens) > 1:
-            self.forward(tokens[:-1], keep=1)
-
-
-def draft_cache(lm: LoadedModel, vocab_size: int | None = None):
+def draft_cache(lm: LoadedModel, vocab_size: int | None = None) -> CachedModel:
     """The cached model a draft runs on: the lean forward where the architecture allows, transformers' otherwise."""
-    from .cache import CachedModel
-
     return LeanCachedModel(lm, vocab_size) if supports_lean(lm) else CachedModel(lm, vocab_size)
