@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from specviz.models import ASSETS, GGUF_SOURCE, load_model, load_tokenizer
 from specviz.suites import load_suite
-from specviz.train import _collate, load_data, without_evaluation_prompts
+from specviz.train import _collate, load_data, split_heldout, without_evaluation_prompts
 
 DEFAULT = [ASSETS / "models" / "smollm2-draft-s", ASSETS / "models" / "smollm2-draft-m"]
 
@@ -32,7 +32,7 @@ def main(dirs: list[Path]) -> None:
         ids = tok(text, return_tensors="pt").input_ids
         answers.append((ids.shape[1], target.generate(ids, do_sample=False, max_new_tokens=64)))
     items = without_evaluation_prompts(load_data(ASSETS / "distill" / "data"), tok)
-    held = items[: max(8, len(items) // 50)]
+    held, _ = split_heldout(items)
     print("| draft | suite agreement (tokens) | distillation held-out agreement (tokens) |\n|---|---|---|")
     for path in dirs:
         draft = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

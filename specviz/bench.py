@@ -42,16 +42,20 @@ class BenchConfig:
 
 
 def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
-    """AR, SD with each drafter, transformers' assisted generation on the same pairs, and the same target in
-    bfloat16 (faster where the CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
-    def sd(draft: str, dtype: str = "auto") -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens, dtype=dtype)
+    """AR, SD with each drafter (over its draft vocabulary, and over the full one), transformers' assisted generation
+    on the same pairs, and the same target in bfloat16 (faster where the CPU has native bf16 matmuls, but not
+    token-exact: see ``target_dtype``)."""
+    def sd(draft: str, dtype: str = "auto", full_draft_vocab: bool = False) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens, dtype=dtype,
+                            full_draft_vocab=full_draft_vocab)
 
     return [
         BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
         BenchConfig(f"sd draft-s γ={gamma}", sd("draft-s")),
         BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
+        BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
+        BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),
         BenchConfig(f"hf-assisted draft-m γ={gamma}", sd("draft-m"), hf_assisted=True),
         BenchConfig("ar, bf16 target", DecodeConfig(method="ar", max_new_tokens=max_new_tokens, dtype="bfloat16")),
@@ -312,6 +316,22 @@ def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:
     return out
 
 
+def peer_table(rows: list[dict], configs: list[BenchConfig]) -> list[dict]:
+    """Each engine row against transformers' assisted generation with the same target, draft, γ and dtype:
+    the per-prompt tok/s ratio (median, min, max)."""
+    def pair(c: BenchConfig) -> tuple:
+        return c.decode.draft, c.decode.gamma, c.decode.gamma_policy, c.decode.dtype
+
+    tps = {(r["config"], r["prompt_id"]): r["tokens_per_s"] for r in rows}
+    out = []
+    for peer in (c for c in configs if c.hf_assisted):
+        for cfg in (c for c in configs if not c.hf_assisted and c.decode.method == "sd" and pair(c) == pair(peer)):
+            ratios = [v / tps[(peer.label, pid)] for (label, pid), v in tps.items() if label == cfg.label]
+            out.append({"engine row": cfg.label, "peer": peer.label, "engine / peer (median)": statistics.median(ratios),
+                        "min": min(ratios), "max": max(ratios), "prompts": len(ratios)})
+    return out
+
+
 def markdown(table: list[dict]) -> str:
     cols = list(table[0])
     fmt = (lambda v: f"{v:.2f}" if isinstance(v, float) else str(v))
@@ -333,6 +353,10 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
              f"{len(rows) // len(labels)} prompts, configurations interleaved per prompt (rotated order) after a warm-up.",
              "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
              "## Overall", "", markdown(summary_table(rows, labels)), ""]
+    if peers := peer_table(rows, configs):
+        parts += ["## Engine against transformers' assisted generation", "",
+                  "Per-prompt tok/s ratio of each engine row to `generate(assistant_model=...)` on the same target, "
+                  "draft and γ.", "", markdown(peers), ""]
     if all(c.quality for c in configs):
         table = quality_table(rows, labels)
         out.with_suffix(".svg").write_text(speed_quality_svg(table))

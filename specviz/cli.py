@@ -44,6 +44,8 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--full-draft-vocab", action="store_true",
+                   help="drafts score the whole vocabulary, not only the frequent tokens of their draft_vocab.json")
     p.add_argument("--dtype", default=d.dtype, help="target dtype: auto (float32 on CPU, exact; bfloat16 on CUDA) | float32 | bfloat16")
 
 
@@ -52,7 +54,7 @@ def config_from_args(a: argparse.Namespace) -> DecodeConfig:
         preset=a.preset, method=a.method or "sd", draft=a.draft, chain=a.chain, level_gamma=a.level_gamma, select=a.select, gamma=a.gamma,
         gamma_policy=a.gamma_policy, accept=a.accept, judge_threshold=a.judge_threshold, lenience=a.lenience,
         topk=a.topk, temperature=a.temperature, top_p=a.top_p, seed=a.seed, max_new_tokens=a.max_new_tokens,
-        chat=not a.no_chat, dtype=a.dtype,
+        chat=not a.no_chat, dtype=a.dtype, full_draft_vocab=a.full_draft_vocab,
     ).validate()
 
 

@@ -41,6 +41,7 @@ class DecodeConfig:
     max_new_tokens: int = 128
     chat: bool = True
     dtype: str = "auto"
+    full_draft_vocab: bool = False
 
     def validate(self) -> DecodeConfig:
         if self.method not in METHODS:

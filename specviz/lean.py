@@ -7,6 +7,11 @@ contract (full token list in, logits of the last ``keep`` positions out, lazy ro
 prefix), so drafters cannot tell them apart. Only drafts use it: a draft's rounding never changes what
 speculative decoding emits (the target verifies every token), while the target keeps transformers' forward
 so that greedy decoding matches ``generate`` token for token.
+
+A draft that ships a ``draft_vocab.json`` (see ``specviz.train vocab``) scores only those token ids, as in
+FR-Spec: the other logits are -inf, so the draft never proposes them and its q is exactly the distribution
+it samples from (speculative sampling stays exact). The target, which decides what is emitted, always scores
+the full vocabulary.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class LeanCachedModel(CachedModel):
     """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a static cache."""
 
-    def __init__(self, lm: LoadedModel, vocab_size: int | None = None):
+    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = False):
         m, c = lm.model, lm.model.config
         self.heads, self.kv_heads, self.eps = c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -53,6 +58,10 @@ class LeanCachedModel(CachedModel):
                                 torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight))
         self.inv_freq = m.model.rotary_emb.inv_freq.float()
         super().__init__(lm, vocab_size)
+        self.head_ids: torch.Tensor | None = None
+        if lm.draft_vocab and not full_vocab:
+            ids = torch.tensor(sorted({i for i in lm.draft_vocab if i < self.vocab_size}), device=self.embed.device)
+            self.head_ids, self.head = ids, self.head[ids].contiguous()
 
     def _init_cache(self) -> None:
         self.k: torch.Tensor | None = None
@@ -97,9 +106,13 @@ class LeanCachedModel(CachedModel):
             x = x + F.linear(y.transpose(1, 2).reshape(1, t, q_size), o)
             g, u = F.linear(rms_norm(x, ln2, self.eps), gate_up).chunk(2, -1)
             x = x + F.linear(F.silu(g) * u, down)
-        return F.linear(rms_norm(x[0, -keep:], self.norm, self.eps), self.head)
+        logits = F.linear(rms_norm(x[0, -keep:], self.norm, self.eps), self.head)
+        if self.head_ids is None:
+            return logits
+        return logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
 
 
-def draft_cache(lm: LoadedModel, vocab_size: int | None = None) -> CachedModel:
-    """The cached model a draft runs on: the lean forward where the architecture allows, transformers' otherwise."""
-    return LeanCachedModel(lm, vocab_size) if supports_lean(lm) else CachedModel(lm, vocab_size)
+def draft_cache(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = False) -> CachedModel:
+    """The cached model a draft runs on: the lean forward (over its draft vocabulary unless ``full_vocab``)
+    where the architecture allows, transformers' otherwise."""
+    return LeanCachedModel(lm, vocab_size, full_vocab) if supports_lean(lm) else CachedModel(lm, vocab_size)

@@ -67,6 +67,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 NGRAM_DRAFT = "ngram"
+DRAFT_VOCAB_FILE = "draft_vocab.json"
 
 
 def cache_dir() -> Path:
@@ -80,11 +81,13 @@ def pick_device() -> torch.device:
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for decoding, with its display name and the vocabulary size it may emit."""
+    """A causal LM ready for decoding, with its display name and the vocabulary size it may emit;
+    ``draft_vocab`` (from ``draft_vocab.json`` beside the weights) lists the ids a lean draft head scores."""
 
     name: str
     model: torch.nn.Module
     vocab_size: int
+    draft_vocab: list[int] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -265,7 +268,21 @@ def load_model(source: str, name: str | None = None, device: torch.device | None
     model.to(device=device, dtype=dtype)
     if device.type == "cpu" and dtype == torch.float32:
         pack_linears(model)
-    return LoadedModel(name or Path(source).name, model, int(model.config.vocab_size))
+    return LoadedModel(name or Path(source).name, model, int(model.config.vocab_size), read_draft_vocab(Path(path)))
+
+
+def read_draft_vocab(model_dir: Path) -> list[int] | None:
+    """The token ids listed in ``draft_vocab.json`` of a local model directory (``specviz.train vocab``)."""
+    file = model_dir / DRAFT_VOCAB_FILE
+    if not file.is_file():
+        return None
+    try:
+        ids = json.loads(file.read_text())["ids"]
+        if not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
+            raise ValueError("'ids' must be a non-empty list of token ids")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{file}: {exc}") from None
+    return ids
 
 
 def load_tokenizer(source: str):

@@ -134,7 +134,7 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
         if src != NGRAM_DRAFT and not (Path(src) / "specviz.json").exists():
             check_shared_vocab(tokenizer, bank.tokenizer(src), name)
     vocab = shared_vocab_size(target, *draft_models.values())
-    drafters = [ModelDrafter(draft_cache(draft_models[name], vocab)) if name in draft_models else NGramDrafter()
+    drafters = [ModelDrafter(draft_cache(draft_models[name], vocab, config.full_draft_vocab)) if name in draft_models else NGramDrafter()
                 for name, _ in draft_sources]
     if config.chain:
         drafters = [build_chain(drafters[0], [d.model for d in drafters[1:]], config.level_gamma)]

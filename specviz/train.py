@@ -2,6 +2,7 @@
 
     python -m specviz.train data --prompts 3000      # target answers + top-k probs -> assets/distill/data
     python -m specviz.train fit --width 64 --layers 2 --out assets/models/smollm2-draft-s
+    python -m specviz.train vocab --size 16384 --out assets/models/smollm2-draft-s   # frequent-token head
 
 Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
 problems, code tasks, and summaries of the target's own earlier answers) with a seeded RNG; the target
@@ -10,6 +11,11 @@ top-k next-token probabilities. A draft is a standard ``LlamaForCausalLM`` whose
 initialised from the target's embedding projected on its top principal directions, trained with a
 distillation loss (cross-entropy against the target's renormalised top-k distribution) on answer
 positions only. The evaluation suites in ``assets/prompts`` are never used.
+
+``vocab`` ranks token ids by the target's top-k probability mass over the training answers and writes the
+most frequent ones to ``draft_vocab.json`` in a draft's directory: the engine's lean forward then projects
+the draft's last hidden state onto those rows of its output matrix only (as in FR-Spec), since for a draft
+of a few million parameters the 49,152-row projection is most of a forward.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .models import ASSETS, GGUF_SOURCE, load_model, load_tokenizer
+from .models import ASSETS, DRAFT_VOCAB_FILE, GGUF_SOURCE, load_model, load_tokenizer
 from .suites import evaluation_texts
 
 RECIPE = ASSETS / "distill" / "recipe.json"
@@ -185,9 +191,7 @@ def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: floa
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tok = load_tokenizer(GGUF_SOURCE)
-    items = without_evaluation_prompts(load_data(data), tok)
-    held = items[: max(8, len(items) // 50)]
-    train = items[len(held):]
+    held, train = split_heldout(without_evaluation_prompts(load_data(data), tok))
     if len(train) < batch:
         raise SystemExit(f"{len(train)} training answers in {data}: fewer than one batch of {batch}; generate more with `data`")
     target = load_model(GGUF_SOURCE, dtype=torch.float32).model
@@ -229,6 +233,39 @@ def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: floa
     print(json.dumps(report), flush=True)
 
 
+def split_heldout(items: list) -> tuple[list, list]:
+    """The first 2 % of the answers (at least 8) are held out from training and from the draft vocabulary."""
+    n = max(8, len(items) // 50)
+    return items[:n], items[n:]
+
+
+def rank_tokens(items: list) -> list[int]:
+    """Token ids by the target's top-k probability mass at answer positions, most frequent first."""
+    pairs = [(np.asarray(ids, np.int64).reshape(-1), np.asarray(probs, np.float64).reshape(-1)) for _, _, ids, probs in items]
+    mass = np.zeros(1 + max(int(ids.max()) for ids, _ in pairs))
+    for ids, probs in pairs:
+        np.add.at(mass, ids, probs)
+    order = np.argsort(-mass, kind="stable")
+    return order[mass[order] > 0].tolist()
+
+
+def write_draft_vocab(data: Path, outs: list[Path], size: int) -> dict:
+    """Rank tokens on the training answers, measure how many held-out answer tokens the top ``size`` cover,
+    and write the ids (ascending) to each draft directory."""
+    tok = load_tokenizer(GGUF_SOURCE)
+    held, train = split_heldout(without_evaluation_prompts(load_data(data), tok))
+    chosen = rank_tokens(train)[:size]
+    if len(chosen) < size:
+        raise SystemExit(f"only {len(chosen)} distinct tokens in the top-k data of {data}; choose --size <= {len(chosen)}")
+    held_tokens = np.concatenate([np.asarray(answer, np.int64) for _, answer, _, _ in held])
+    report = {"size": size, "ranked_by": f"the target's top-k probability mass over {sum(len(a) for _, a, _, _ in train)} "
+                                        f"answer positions of {len(train)} training answers",
+              "heldout_coverage": float(np.isin(held_tokens, chosen).mean()), "heldout_tokens": len(held_tokens)}
+    for out in outs:
+        (out / DRAFT_VOCAB_FILE).write_text(json.dumps({**report, "ids": sorted(chosen)}))
+    return report
+
+
 @torch.inference_mode()
 def evaluate_draft(draft: torch.nn.Module, held, pad: int) -> dict:
     """Top-1 agreement with the target's greedy token on held-out answers (the greedy acceptance rate)."""
@@ -264,10 +301,16 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--max-len", type=int, default=384)
     f.add_argument("--minutes", type=float, default=60)
     f.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser("vocab", help="write the draft vocabulary (most frequent target tokens) next to drafts")
+    v.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
+    v.add_argument("--out", type=Path, nargs="+", required=True, help="draft directories")
+    v.add_argument("--size", type=int, default=16384)
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":
         generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed)
+    elif a.cmd == "vocab":
+        print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
     else:
         fit(a.data, a.out, a.width, a.layers, a.heads, a.epochs, a.batch, a.lr, a.max_len, a.seed, a.minutes)
 

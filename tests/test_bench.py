@@ -10,6 +10,7 @@ from specviz.bench import (
     CONFIG_SETS,
     BenchConfig,
     markdown,
+    peer_table,
     summary_table,
     theory_columns,
     write_results,
@@ -137,3 +138,22 @@ def test_write_results_writes_the_csv_and_per_category_tables(tmp_path):
     math_rows = [r for r in ROWS if r["category"] == "math"]
     assert markdown(summary_table(math_rows, ["ar", "sd", "hf"])) in md.split("## math")[1]
     assert "## chat" in md and "Theory" not in md and "Speed and quality" not in md
+
+
+def test_peer_table_pairs_engine_rows_with_assisted_generation_on_the_same_draft_and_gamma(tmp_path):
+    def sd(**kw):
+        return DecodeConfig(method="sd", draft="draft-s", gamma=4, **kw)
+
+    configs = [BenchConfig("ar", DecodeConfig(method="ar")), BenchConfig("sd", sd()),
+               BenchConfig("hf", sd(), hf_assisted=True), BenchConfig("sd γ=2", DecodeConfig(method="sd", draft="draft-s", gamma=2)),
+               BenchConfig("sd full", sd(full_draft_vocab=True)), BenchConfig("sd bf16", sd(dtype="bfloat16"))]
+    rows = ROWS + [bench_row(label, pid, 1.0, 1.0, category="math" if pid == "p3" else "chat")
+                   for label in ("sd γ=2", "sd full", "sd bf16") for pid in ("p1", "p2", "p3")]
+    table = peer_table(rows, configs)
+    assert [(r["engine row"], r["peer"]) for r in table] == [("sd", "hf"), ("sd full", "hf")]
+    sd_row = table[0]  # per prompt 15/12, 50/22, 36/40
+    assert sd_row["engine / peer (median)"] == pytest.approx(1.25) and sd_row["min"] == pytest.approx(0.9)
+    assert sd_row["max"] == pytest.approx(50 / 22) and sd_row["prompts"] == 3
+    assert table[1]["engine / peer (median)"] == pytest.approx(1 / 22)
+    write_results(rows, configs, tmp_path / "run", 32)
+    assert markdown(table) in (tmp_path / "run.md").read_text().split("assisted generation")[1]

@@ -109,6 +109,16 @@ def test_json_contract():
 
 
 @pytest.mark.slow
+def test_full_draft_vocab_changes_the_drafts_cost_not_the_greedy_text():
+    runs = [cli("generate", "--prompt", "Write a haiku about rain.", "--draft", "draft-m", "--max-new-tokens", "24", "--json", *flag)
+            for flag in ([], ["--full-draft-vocab"])]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    outs = [json.loads(r.stdout) for r in runs]
+    assert [o["config"]["full_draft_vocab"] for o in outs] == [False, True]
+    assert outs[0]["token_ids"] == outs[1]["token_ids"]
+
+
+@pytest.mark.slow
 def test_chain_json_has_theory():
     r = cli("generate", "--prompt", "Name three colors.", "--chain", "ngram,draft-s", "--gamma", "4", "--level-gamma", "2",
             "--max-new-tokens", "12", "--json")

@@ -7,6 +7,8 @@ from specviz.cache import CachedModel
 from specviz.drafters import ModelDrafter
 from specviz.engine import decode
 from specviz.lean import LeanCachedModel, draft_cache, supports_lean
+from specviz.models import LoadedModel
+from specviz.policies import LengthPolicy
 from specviz.sampling import Sampler
 from tests.conftest import tiny_llama
 
@@ -45,12 +47,52 @@ def test_the_cache_grows_past_its_first_reservation(tiny_draft):
 
 def test_lean_drafts_equal_transformers_drafts_and_stay_lossless(tiny_target, tiny_draft):
     prompt = [5, 17, 33, 2, 60, 41]
-    runs = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], max_new_tokens=24))
+    runs = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=LengthPolicy(4),
+                        max_new_tokens=24))
             for make in (CachedModel, LeanCachedModel)]
     assert [(e.draft_ids, e.emitted_ids) for e in runs[0]] == [(e.draft_ids, e.emitted_ids) for e in runs[1]]
-    sampled = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))],
+    assert sum(len(e.draft_ids) for e in runs[0]) >= 20
+    sampled = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=LengthPolicy(4),
                            sampler=Sampler(1.0, 1.0, seed=3), max_new_tokens=24)) for make in (CachedModel, LeanCachedModel)]
     assert [e.emitted_ids for e in sampled[0]] == [e.emitted_ids for e in sampled[1]]
+
+
+def with_draft_vocab(lm, ids):
+    return LoadedModel(lm.name, lm.model, lm.vocab_size, ids)
+
+
+def test_a_draft_vocabulary_scores_only_its_tokens(tiny_draft):
+    ids = list(range(0, 96, 3))
+    hf, lean = CachedModel(tiny_draft), LeanCachedModel(with_draft_vocab(tiny_draft, ids + [500]))  # ids past the vocab are dropped
+    for tokens, keep in _feeds(2):
+        a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
+        assert b.shape == a.shape
+        torch.testing.assert_close(b[:, ids], a[:, ids], atol=1e-5, rtol=0)
+        outside = torch.ones(96, dtype=torch.bool)
+        outside[ids] = False
+        assert torch.isneginf(b[:, outside]).all()
+    full = LeanCachedModel(with_draft_vocab(tiny_draft, ids), full_vocab=True)
+    torch.testing.assert_close(full.forward(list(range(10)), 2), CachedModel(tiny_draft).forward(list(range(10)), 2), atol=1e-5, rtol=0)
+    assert type(draft_cache(with_draft_vocab(tiny_draft, ids), full_vocab=True)) is LeanCachedModel
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_lossless(tiny_target, temperature):
+    """The target drafting for itself over half its vocabulary: it proposes only those tokens, and the emitted
+    text is still the target's own."""
+    ids = list(range(0, 96, 2))
+    prompt = [5, 17, 33, 2, 60, 41]
+    drafter = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids)))
+    events = list(decode(CachedModel(tiny_target), prompt, drafters=[drafter], policy=LengthPolicy(4),
+                       sampler=Sampler(temperature, 1.0, seed=4), max_new_tokens=40))
+    assert all(t in ids for e in events for t in e.draft_ids) and sum(e.accepted for e in events) >= 10
+    emitted = [t for e in events for t in e.emitted_ids]
+    assert any(t not in ids for t in emitted)  # the target still emits tokens the draft cannot propose
+    q = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids))).propose(prompt, 4, Sampler(temperature, 1.0, seed=1)).q
+    torch.testing.assert_close(q[:, ids].sum(-1), torch.ones(4))  # q lives on the draft vocabulary: what it samples from
+    if temperature == 0:
+        plain = list(decode(CachedModel(tiny_target), prompt, max_new_tokens=40))
+        assert emitted == [t for e in plain for t in e.emitted_ids]
 
 
 def test_unsupported_architectures_keep_the_transformers_forward(tiny_draft):

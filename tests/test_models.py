@@ -1,5 +1,6 @@
 """Model resolution, offline failures and vocabulary slicing (the hub presets cannot be loaded here)."""
 
+import json
 
 import pytest
 
@@ -7,6 +8,8 @@ from specviz.cache import CachedModel
 from specviz.drafters import ModelDrafter
 from specviz.engine import decode
 from specviz.models import (
+    ASSETS,
+    DRAFT_VOCAB_FILE,
     OFFLINE_PRESET,
     PRESETS,
     ModelLoadError,
@@ -15,6 +18,7 @@ from specviz.models import (
     is_packed,
     load_model,
     pack_linears,
+    read_draft_vocab,
     resolve_draft,
     resolve_preset,
     shared_vocab_size,
@@ -57,6 +61,27 @@ def test_not_a_path_nor_id():
         load_model("./missing/dir")
 
 
+
+
+def test_a_draft_vocabulary_is_read_from_beside_the_weights(tmp_path):
+    assert read_draft_vocab(tmp_path) is None
+    (tmp_path / DRAFT_VOCAB_FILE).write_text(json.dumps({"size": 3, "ids": [2, 5, 9]}))
+    assert read_draft_vocab(tmp_path) == [2, 5, 9]
+    for bad in ({"size": 3}, {"ids": []}, {"ids": [1, -2]}, {"ids": "abc"}):
+        (tmp_path / DRAFT_VOCAB_FILE).write_text(json.dumps(bad))
+        with pytest.raises(ModelLoadError, match=DRAFT_VOCAB_FILE):
+            read_draft_vocab(tmp_path)
+    (tmp_path / DRAFT_VOCAB_FILE).write_text("{not json")
+    with pytest.raises(ModelLoadError, match=DRAFT_VOCAB_FILE):
+        read_draft_vocab(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["smollm2-draft-s", "smollm2-draft-m"])
+def test_bundled_drafts_ship_a_draft_vocabulary_that_covers_held_out_answers(name):
+    meta = json.loads((ASSETS / "models" / name / DRAFT_VOCAB_FILE).read_text())
+    ids = read_draft_vocab(ASSETS / "models" / name)
+    assert len(ids) == len(set(ids)) == meta["size"] < 49152 and max(ids) < 49152
+    assert meta["heldout_coverage"] > 0.99
 
 
 class Tok:
