@@ -13,11 +13,10 @@ import itertools
 import statistics
 from dataclasses import dataclass
 
-from .cache import CachedModel
 from .config import DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .engine import decode
-from .lean import draft_cache
+from .lean import cached_model
 from .models import NGRAM_DRAFT, resolve_preset
 from .policies import LengthPolicy
 from .runner import ModelBank, prepare
@@ -50,12 +49,12 @@ def measure_pairs(preset: str, bank: ModelBank, prompts: list[str], gamma: int, 
     models = {TARGET: first.target.lm, **{n: bank.model(src, n) for n, src in resolve_preset(preset).drafts.items()}}
 
     def drafter(name: str) -> Drafter:
-        return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(draft_cache(models[name], vocab))
+        return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(cached_model(models[name], vocab, full_vocab=False))
 
     def pair(verifier: str, name: str | None) -> Pair:
         verify, draft, lengths = [], [], []
         for run in runs.values():
-            events = list(decode(CachedModel(models[verifier], vocab), run.prompt_ids, drafters=[drafter(name)] if name else [],
+            events = list(decode(cached_model(models[verifier], vocab), run.prompt_ids, drafters=[drafter(name)] if name else [],
                                  policy=LengthPolicy(gamma), sampler=Sampler(), max_new_tokens=max_new_tokens,
                                  stop_ids=run.stop_ids))
             levels = run_theory(events)["levels"]

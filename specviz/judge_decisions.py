@@ -2,6 +2,7 @@
 
     python -m specviz.judge_decisions build [--extra 120] [--out assets/judge/decisions.jsonl]
     python -m specviz.judge_decisions build --on-policy 100 [--threshold 0.5]   # after training a head on the above
+    python -m specviz.judge_decisions build --on-policy 100 --round 2           # after retraining on round 1
 
 The TokenCourt-style items of :mod:`specviz.judge_data` teach which *phrasings* are right; this file teaches
 what the judge actually faces while decoding: a token the draft proposes where the target would have written
@@ -24,7 +25,7 @@ is its text, for reading). A seeded ``HELDOUT`` share of the questions is ``spli
 ``--on-policy N`` appends a DAgger round: on N random questions, judge decoding with the bundled head runs
 as in the benchmark, and every token it accepted beyond exact verification becomes a decision (id
 ``on-policy-…``), labelled by step 3. Those are the off-trajectory states (loops, derailed sentences) that
-teacher-forced proposals never reach.
+teacher-forced proposals never reach. Each ``--round`` draws its own questions and ids (``on-policy2-…``).
 """
 
 from __future__ import annotations
@@ -92,7 +93,14 @@ def judged_cuts(bank, question: str, threshold: float) -> list[tuple[list[int], 
     return cuts
 
 
-def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, threshold: float = 0.5) -> str:
+def on_policy_questions(n: int, total: int, seed: int, round_: int) -> list[int]:
+    """Indices of the ``n`` questions (of ``total``) that DAgger round ``round_`` decodes; round 1 keeps its
+    original draw."""
+    suffix = "" if round_ == 1 else f":{round_}"
+    return sorted(random.Random(f"{seed}:decisions:on-policy{suffix}").sample(range(total), n))
+
+
+def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, threshold: float = 0.5, round_: int = 1) -> str:
     """Write the decisions of :func:`training_questions` to ``out``; return a one-line summary. With
     ``on_policy`` > 0, keep the rows already in ``out`` and add the tokens judge decoding accepted (beyond exact
     verification) on that many questions drawn at random: the states the judge's own choices lead to (one
@@ -107,7 +115,8 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
     qs = training_questions(extra, seed)
     heldout = set(random.Random(f"{seed}:decisions:split").sample(range(len(qs)), round(jd.HELDOUT * len(qs))))
     rng = random.Random(f"{seed}:decisions:cuts")
-    picked = sorted(random.Random(f"{seed}:decisions:on-policy").sample(range(len(qs)), on_policy)) if on_policy else range(len(qs))
+    picked = on_policy_questions(on_policy, len(qs), seed, round_) if on_policy else range(len(qs))
+    kind = "decision" if not on_policy else "on-policy" if round_ == 1 else f"on-policy{round_}"
     rows = [json.loads(line) for line in out.read_text().splitlines()] if on_policy else []
     kept = len(rows)
     prompts = [encode_prompt(tok, qs[k].text, chat=True) for k in picked]
@@ -126,7 +135,7 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
                               [0 if d in stops else MAX_NEW_TOKENS - len(a) - 1 for a, d in cuts], pad, stops)
         for n, ((a, d), tail) in enumerate(zip(cuts, tails)):
             text = tok.decode(a + [d] + tail, skip_special_tokens=True)
-            rows.append({"id": f"{'on-policy' if on_policy else 'decision'}-{k:03d}-{n:02d}", "category": q.category,
+            rows.append({"id": f"{kind}-{k:03d}-{n:02d}", "category": q.category,
                          "question": q.text, "answer": tok.decode(a + [d]), "answer_ids": a + [d],
                          "label": int(answer_key(text, q) == key), "split": "heldout" if k in heldout else "train",
                          "source": "decision"})
@@ -147,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--on-policy", type=int, default=0, metavar="N",
                    help="add the tokens judge decoding accepts on N random questions to the existing file")
     b.add_argument("--threshold", type=float, default=0.5, help="δ of the on-policy judge decoding")
+    b.add_argument("--round", type=int, default=1, help="DAgger round of --on-policy (each draws other questions)")
     a = p.parse_args(argv)
     start = time.perf_counter()
-    print(build(a.extra, a.out, a.seed, a.on_policy, a.threshold), f"in {time.perf_counter() - start:.0f} s")
+    print(build(a.extra, a.out, a.seed, a.on_policy, a.threshold, a.round), f"in {time.perf_counter() - start:.0f} s")
     return 0
 
 

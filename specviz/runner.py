@@ -16,7 +16,7 @@ from .chain import build_chain
 from .config import ConfigError, DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .engine import StepEvent, decode
-from .lean import draft_cache
+from .lean import cached_model
 from .metrics import summarize
 from .models import (
     NGRAM_DRAFT,
@@ -134,12 +134,12 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
         if src != NGRAM_DRAFT and not (Path(src) / "specviz.json").exists():
             check_shared_vocab(tokenizer, bank.tokenizer(src), name)
     vocab = shared_vocab_size(target, *draft_models.values())
-    drafters = [ModelDrafter(draft_cache(draft_models[name], vocab, config.full_draft_vocab)) if name in draft_models else NGramDrafter()
+    drafters = [ModelDrafter(cached_model(draft_models[name], vocab, config.full_draft_vocab)) if name in draft_models else NGramDrafter()
                 for name, _ in draft_sources]
     if config.chain:
         drafters = [build_chain(drafters[0], [d.model for d in drafters[1:]], config.level_gamma)]
     sampler = Sampler(config.temperature, config.top_p, config.seed, target.device)
-    return PreparedRun(config, tokenizer, prompt_ids, CachedModel(target, vocab), drafters, sampler, stop_ids_of(target, tokenizer),
+    return PreparedRun(config, tokenizer, prompt_ids, cached_model(target, vocab), drafters, sampler, stop_ids_of(target, tokenizer),
                        make_rule(config, target))
 
 

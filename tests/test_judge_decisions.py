@@ -3,7 +3,7 @@
 import pytest
 
 from specviz import judge_data as jd
-from specviz.judge_decisions import answer_key, training_questions
+from specviz.judge_decisions import answer_key, on_policy_questions, training_questions
 
 
 def test_training_questions_never_touch_the_held_out_or_eval_questions():
@@ -28,3 +28,12 @@ def test_training_questions_never_touch_the_held_out_or_eval_questions():
 def test_the_answer_key_is_the_last_number_or_the_expected_word(text, expected, key):
     q = jd.Question("x", "q", ("{r}",), {}, (), (expected,))
     assert answer_key(text, q) == key
+
+
+def test_each_on_policy_round_draws_its_own_questions_and_round_one_keeps_its_draw():
+    import random
+
+    first = sorted(random.Random(f"{jd.SEED}:decisions:on-policy").sample(range(400), 100))  # the committed round 1
+    assert on_policy_questions(100, 400, jd.SEED, 1) == first
+    second = on_policy_questions(100, 400, jd.SEED, 2)
+    assert second != first and len(set(second)) == 100 and on_policy_questions(100, 400, jd.SEED, 2) == second

@@ -1,4 +1,4 @@
-"""The lean draft forward: same logits as transformers' forward, through prefill, multi-token feeds and rollback."""
+"""The lean forward: transformers' logits (bitwise on a packed fp32 model), through prefill, multi-token feeds and rollback."""
 
 import pytest
 import torch
@@ -6,8 +6,8 @@ import torch
 from specviz.cache import CachedModel
 from specviz.drafters import ModelDrafter
 from specviz.engine import decode
-from specviz.lean import LeanCachedModel, draft_cache, supports_lean
-from specviz.models import LoadedModel
+from specviz.lean import LeanCachedModel, cached_model, supports_lean
+from specviz.models import LoadedModel, pack_linears
 from specviz.policies import LengthPolicy
 from specviz.sampling import Sampler
 from tests.conftest import tiny_llama
@@ -35,6 +35,18 @@ def test_lean_forward_matches_transformers(dtype, kv_heads):
         torch.testing.assert_close(b.float(), a.float(), atol=tol, rtol=0)
         assert lean.ids == hf.ids == tokens
     assert lean.forwards == hf.forwards and lean.forward_s > 0
+
+
+def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transformers():
+    """What keeps the target exact: the engine's greedy tokens match ``generate`` only if its logits do."""
+    lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=6, init_std=0.2, heads=4, kv_heads=2)
+    pack_linears(lm.model)
+    hf, lean = CachedModel(lm), LeanCachedModel(lm)
+    for tokens, keep in _feeds(3):
+        a, b = hf.forward(tokens, keep, capture=True), lean.forward(tokens, keep, capture=True)
+        assert torch.equal(a, b) and torch.equal(hf.prenorm, lean.prenorm)
+    lean.forward(list(range(12)), 2)
+    assert lean.prenorm is None
 
 
 def test_the_cache_grows_past_its_first_reservation(tiny_draft):
@@ -73,7 +85,8 @@ def test_a_draft_vocabulary_scores_only_its_tokens(tiny_draft):
         assert torch.isneginf(b[:, outside]).all()
     full = LeanCachedModel(with_draft_vocab(tiny_draft, ids), full_vocab=True)
     torch.testing.assert_close(full.forward(list(range(10)), 2), CachedModel(tiny_draft).forward(list(range(10)), 2), atol=1e-5, rtol=0)
-    assert type(draft_cache(with_draft_vocab(tiny_draft, ids), full_vocab=True)) is LeanCachedModel
+    assert cached_model(with_draft_vocab(tiny_draft, ids)).head_ids is None  # a target never restricts its vocabulary
+    assert torch.equal(cached_model(with_draft_vocab(tiny_draft, ids), full_vocab=False).head_ids, torch.tensor(ids))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -96,11 +109,9 @@ def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_los
 
 
 def test_unsupported_architectures_keep_the_transformers_forward(tiny_draft):
-    assert supports_lean(tiny_draft) and isinstance(draft_cache(tiny_draft), LeanCachedModel)
+    assert supports_lean(tiny_draft) and isinstance(cached_model(tiny_draft), LeanCachedModel)
     tiny_draft.model.config.attention_bias = True
     try:
-        assert not supports_lean(tiny_draft) and type(draft_cache(tiny_draft)) is CachedModel
+        assert not supports_lean(tiny_draft) and type(cached_model(tiny_draft)) is CachedModel
     finally:
         tiny_draft.model.config.attention_bias = False
-    with pytest.raises(ValueError, match="pre-norm"):
-        LeanCachedModel(tiny_draft).forward([1, 2, 3], capture=True)
