@@ -16,6 +16,7 @@ it samples from (speculative sampling stays exact). The target always scores the
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -49,6 +50,21 @@ def fused(modules: list[torch.nn.Module], packed: bool) -> Callable[[torch.Tenso
     return lambda h: F.linear(h, weight).split(sizes, -1)
 
 
+_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def lean_layers(model: torch.nn.Module) -> list[tuple]:
+    """Per decoder layer: (input norm, fused q|k|v, o, post-attention norm, fused gate|up, down). Built once per
+    model and shared by every run on it, so fused weights are concatenated (and held) once, not per request."""
+    weight = model.model.embed_tokens.weight
+    key = (weight.dtype, weight.device, is_packed(model))  # a model moved or repacked since gets fresh copies
+    if model not in _LAYERS or _LAYERS[model][0] != key:
+        _LAYERS[model] = key, [(layer.input_layernorm.weight, fused([a.q_proj, a.k_proj, a.v_proj], key[2]), a.o_proj,
+                                layer.post_attention_layernorm.weight, fused([mlp.gate_proj, mlp.up_proj], key[2]), mlp.down_proj)
+                               for layer, a, mlp in ((x, x.self_attn, x.mlp) for x in model.model.layers)]
+    return _LAYERS[model][1]
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
@@ -62,10 +78,7 @@ class LeanCachedModel(CachedModel):
         self.heads, self.kv_heads, self.eps = c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.embed, self.norm = m.model.embed_tokens.weight, m.model.norm.weight
-        packed = is_packed(m)
-        self.layers = [(layer.input_layernorm.weight, fused([a.q_proj, a.k_proj, a.v_proj], packed), a.o_proj,
-                        layer.post_attention_layernorm.weight, fused([mlp.gate_proj, mlp.up_proj], packed), mlp.down_proj)
-                       for layer, a, mlp in ((x, x.self_attn, x.mlp) for x in m.model.layers)]
+        self.layers = lean_layers(m)
         self.inv_freq = m.model.rotary_emb.inv_freq.float()
         super().__init__(lm, vocab_size)
         self.head_ids: torch.Tensor | None = None
