@@ -73,7 +73,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class LeanCachedModel(CachedModel):
     """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a static cache."""
 
-    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = False):
+    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True):
         m, c = lm.model, lm.model.config
         self.heads, self.kv_heads, self.eps = c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

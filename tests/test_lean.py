@@ -87,7 +87,8 @@ def with_draft_vocab(lm, ids):
 
 def test_a_draft_vocabulary_scores_only_its_tokens(tiny_draft):
     ids = list(range(0, 96, 3))
-    hf, lean = CachedModel(tiny_draft), LeanCachedModel(with_draft_vocab(tiny_draft, ids + [500]))  # ids past the vocab are dropped
+    restricted = with_draft_vocab(tiny_draft, ids + [500])  # ids past the vocab are dropped
+    hf, lean = CachedModel(tiny_draft), LeanCachedModel(restricted, full_vocab=False)
     for tokens, keep in _feeds(2):
         a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
         assert b.shape == a.shape
@@ -107,13 +108,14 @@ def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_los
     text is still the target's own."""
     ids = list(range(0, 96, 2))
     prompt = [5, 17, 33, 2, 60, 41]
-    drafter = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids)))
+    drafter = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids), full_vocab=False))
     events = list(decode(CachedModel(tiny_target), prompt, drafters=[drafter], policy=LengthPolicy(4),
                        sampler=Sampler(temperature, 1.0, seed=4), max_new_tokens=40))
     assert all(t in ids for e in events for t in e.draft_ids) and sum(e.accepted for e in events) >= 10
     emitted = [t for e in events for t in e.emitted_ids]
     assert any(t not in ids for t in emitted)  # the target still emits tokens the draft cannot propose
-    q = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids))).propose(prompt, 4, Sampler(temperature, 1.0, seed=1)).q
+    drafter = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids), full_vocab=False))
+    q = drafter.propose(prompt, 4, Sampler(temperature, 1.0, seed=1)).q
     torch.testing.assert_close(q[:, ids].sum(-1), torch.ones(4))  # q lives on the draft vocabulary: what it samples from
     if temperature == 0:
         plain = list(decode(CachedModel(tiny_target), prompt, max_new_tokens=40))
