@@ -12,10 +12,12 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 from .config import DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .engine import decode
+from .feature_head import is_feature_head
 from .lean import cached_model
 from .models import NGRAM_DRAFT, resolve_preset
 from .policies import LengthPolicy
@@ -46,7 +48,8 @@ def measure_pairs(preset: str, bank: ModelBank, prompts: list[str], gamma: int, 
     runs = {p: prepare(DecodeConfig(preset=preset, method="ar", max_new_tokens=max_new_tokens), p, bank) for p in prompts}
     first = next(iter(runs.values()))
     vocab = first.target.vocab_size
-    models = {TARGET: first.target.lm, **{n: bank.model(src, n) for n, src in resolve_preset(preset).drafts.items()}}
+    models = {TARGET: first.target.lm, **{n: bank.model(src, n) for n, src in resolve_preset(preset).drafts.items()
+                                          if not is_feature_head(Path(src))}}  # a head drafts for the target only
 
     def drafter(name: str) -> Drafter:
         return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(cached_model(models[name], vocab, full_vocab=False))

@@ -42,9 +42,9 @@ class BenchConfig:
 
 
 def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
-    """AR, SD with each drafter (over its draft vocabulary, and over the full one), transformers' assisted generation
-    on the same pairs, and the same target in bfloat16 (faster where the CPU has native bf16 matmuls, but not
-    token-exact: see ``target_dtype``)."""
+    """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head),
+    transformers' assisted generation on the same draft models, and the same target in bfloat16 (faster where the
+    CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
     def sd(draft: str, dtype: str = "auto", full_draft_vocab: bool = False) -> DecodeConfig:
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens, dtype=dtype,
                             full_draft_vocab=full_draft_vocab)
@@ -54,6 +54,7 @@ def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
         BenchConfig(f"sd draft-s γ={gamma}", sd("draft-s")),
         BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
+        BenchConfig(f"sd head γ={gamma}", sd("head")),
         BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
         BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),

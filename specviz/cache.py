@@ -26,6 +26,9 @@ class CachedModel:
         self.forwards = 0
         self.forward_s = 0.0
         self.prenorm: torch.Tensor | None = None
+        self.states: torch.Tensor | None = None
+        self.keep_features = False
+        self.features: torch.Tensor | None = None
         self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
         self._init_cache()
 
@@ -49,25 +52,38 @@ class CachedModel:
         ids = torch.tensor([new], device=self.lm.device)
         with capture_prenorm(self.lm.model) if capture else nullcontext() as slot:
             out = self.lm.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
-        self.prenorm = slot["states"][0, -keep:] if capture else None
+        self.states = slot["states"][0] if capture else None
         return out.logits[0, -keep:]
 
     @torch.inference_mode()
     def forward(self, tokens: list[int], keep: int = 1, capture: bool = False) -> torch.Tensor:
         """Logits (keep, vocab) for the last ``keep`` positions of ``tokens``; with ``capture``, their
-        pre-final-norm hidden states are left in ``self.prenorm`` (keep, hidden)."""
+        pre-final-norm hidden states are left in ``self.prenorm`` (keep, hidden). With ``keep_features``,
+        ``self.features[i]`` holds the final-normed state at every fed position i (a feature head reads them)."""
         n = min(self._common_prefix(tokens), len(tokens) - keep)
         if n < len(self.ids):
             self._drop_after(n)
             del self.ids[n:]
         new = tokens[n:]
         start = time.perf_counter()
-        logits = self._run(new, keep, capture)
+        logits = self._run(new, keep, capture or self.keep_features)
+        self.prenorm = self.states[-keep:] if capture else None
+        if self.keep_features:
+            self._store_features(n, self.lm.model.model.norm(self.states))
         self._sync()
         self.forward_s += time.perf_counter() - start
         self.ids.extend(new)
         self.forwards += 1
         return logits[:, : self.vocab_size]
+
+    def _store_features(self, start: int, normed: torch.Tensor) -> None:
+        end, have = start + normed.shape[0], 0 if self.features is None else self.features.shape[0]
+        if end > have:
+            grown = normed.new_zeros((max(end, 2 * have, 256), normed.shape[1]))
+            if have:
+                grown[:have] = self.features
+            self.features = grown
+        self.features[start:end] = normed
 
     def prefill(self, tokens: list[int]) -> None:
         """Process everything but the last token (the next forward feeds it with its drafts)."""

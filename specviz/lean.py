@@ -53,15 +53,16 @@ def fused(modules: list[torch.nn.Module], packed: bool) -> Callable[[torch.Tenso
 _LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def lean_layers(model: torch.nn.Module) -> list[tuple]:
-    """Per decoder layer: (input norm, fused q|k|v, o, post-attention norm, fused gate|up, down). Built once per
-    model and shared by every run on it, so fused weights are concatenated (and held) once, not per request."""
-    weight = model.model.embed_tokens.weight
+def lean_layers(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None) -> list[tuple]:
+    """Per decoder layer (``model.model.layers`` unless given): (input norm, fused q|k|v, o, post-attention norm,
+    fused gate|up, down). Built once per model and shared by every run on it, so fused weights are concatenated
+    (and held) once, not per request."""
+    weight = next(model.parameters())
     key = (weight.dtype, weight.device, is_packed(model))  # a model moved or repacked since gets fresh copies
     if model not in _LAYERS or _LAYERS[model][0] != key:
         _LAYERS[model] = key, [(layer.input_layernorm.weight, fused([a.q_proj, a.k_proj, a.v_proj], key[2]), a.o_proj,
                                 layer.post_attention_layernorm.weight, fused([mlp.gate_proj, mlp.up_proj], key[2]), mlp.down_proj)
-                               for layer, a, mlp in ((x, x.self_attn, x.mlp) for x in model.model.layers)]
+                               for layer, a, mlp in ((x, x.self_attn, x.mlp) for x in layers or model.model.layers)]
     return _LAYERS[model][1]
 
 
@@ -70,54 +71,38 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
-class LeanCachedModel(CachedModel):
-    """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a static cache."""
+class LeanStack:
+    """Decoder layers (tuples from :func:`lean_layers`) over a static KV cache that grows by doubling."""
 
-    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True):
-        m, c = lm.model, lm.model.config
-        self.heads, self.kv_heads, self.eps = c.num_attention_heads, c.num_key_value_heads, c.rms_norm_eps
-        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        self.embed, self.norm = m.model.embed_tokens.weight, m.model.norm.weight
-        self.layers = lean_layers(m)
-        self.inv_freq = m.model.rotary_emb.inv_freq.float()
-        super().__init__(lm, vocab_size)
-        self.head_ids: torch.Tensor | None = None
-        self.head: Callable[[torch.Tensor], torch.Tensor] = m.lm_head
-        if lm.draft_vocab and not full_vocab:
-            ids = torch.tensor(sorted({i for i in lm.draft_vocab if i < self.vocab_size}), device=self.embed.device)
-            rows = m.lm_head.weight[ids].contiguous()
-            self.head_ids, self.head = ids, lambda h: F.linear(h, rows)
-
-    def _init_cache(self) -> None:
+    def __init__(self, layers: list[tuple], config, dtype: torch.dtype, device: torch.device, inv_freq: torch.Tensor):
+        self.layers, self.dtype, self.device = layers, dtype, device
+        self.heads, self.kv_heads, self.eps = config.num_attention_heads, config.num_key_value_heads, config.rms_norm_eps
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.inv_freq = inv_freq.float().to(device)
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
-    def _drop_after(self, n: int) -> None:
-        """Nothing to do: positions from ``n`` on are overwritten by the next feed."""
-
     def _reserve(self, length: int) -> None:
-        """Grow the cache (doubling) to hold ``length`` positions."""
         have = 0 if self.k is None else self.k.shape[3]
         if length <= have:
             return
         shape = (len(self.layers), 1, self.kv_heads, max(length, 2 * have, 256), self.head_dim)
-        k = torch.zeros(shape, dtype=self.embed.dtype, device=self.embed.device)
+        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
         v = torch.zeros_like(k)
         if have:
             k[:, :, :, :have], v[:, :, :, :have] = self.k, self.v
         self.k, self.v = k, v
 
-    def _run(self, new: list[int], keep: int, capture: bool) -> torch.Tensor:
-        """Feed ``new`` at positions len(self.ids).. and return logits of the last ``keep``."""
-        start, t = len(self.ids), len(new)
+    def run(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Hidden states (1, t, hidden) at positions start.. through every layer; their keys and values
+        overwrite the cache from ``start`` on (positions after them are ignored)."""
+        t = x.shape[1]
         end = start + t
         self._reserve(end)
-        device = self.embed.device
-        angles = torch.arange(start, end, device=device, dtype=torch.float32)[:, None] * self.inv_freq
+        angles = torch.arange(start, end, device=self.device, dtype=torch.float32)[:, None] * self.inv_freq
         angles = torch.cat([angles, angles], -1)
-        cos, sin = angles.cos().to(self.embed.dtype), angles.sin().to(self.embed.dtype)
-        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=device).tril(start)
-        x = F.embedding(torch.tensor(new, device=device), self.embed)[None]
+        cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
         for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
             q, k, v = qkv(rms_norm(x, ln1, self.eps))
             q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
@@ -128,8 +113,36 @@ class LeanCachedModel(CachedModel):
             x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
             g, u = gate_up(rms_norm(x, ln2, self.eps))
             x = x + down(F.silu(g) * u)
-        self.prenorm = x[0, -keep:] if capture else None
-        logits = self.head(rms_norm(x[0, -keep:], self.norm, self.eps))
+        return x
+
+
+class LeanCachedModel(CachedModel):
+    """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a :class:`LeanStack`."""
+
+    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True):
+        m = lm.model
+        self.embed, self.norm, self.eps = m.model.embed_tokens.weight, m.model.norm.weight, m.config.rms_norm_eps
+        self.stack_args = lean_layers(m), m.config, self.embed.dtype, self.embed.device, m.model.rotary_emb.inv_freq
+        super().__init__(lm, vocab_size)
+        self.head_ids: torch.Tensor | None = None
+        self.head: Callable[[torch.Tensor], torch.Tensor] = m.lm_head
+        if lm.draft_vocab and not full_vocab:
+            ids = torch.tensor(sorted({i for i in lm.draft_vocab if i < self.vocab_size}), device=self.embed.device)
+            rows = m.lm_head.weight[ids].contiguous()
+            self.head_ids, self.head = ids, lambda h: F.linear(h, rows)
+
+    def _init_cache(self) -> None:
+        self.stack = LeanStack(*self.stack_args)
+
+    def _drop_after(self, n: int) -> None:
+        """Nothing to do: positions from ``n`` on are overwritten by the next feed."""
+
+    def _run(self, new: list[int], keep: int, capture: bool) -> torch.Tensor:
+        """Feed ``new`` at positions len(self.ids).. and return logits of the last ``keep``."""
+        x = F.embedding(torch.tensor(new, device=self.embed.device), self.embed)[None]
+        x = self.stack.run(x, len(self.ids))[0]
+        self.states = x if capture else None
+        logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
         if self.head_ids is None:
             return logits
         return logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)

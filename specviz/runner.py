@@ -16,6 +16,7 @@ from .chain import build_chain
 from .config import ConfigError, DecodeConfig
 from .drafters import Drafter, ModelDrafter, NGramDrafter
 from .engine import StepEvent, decode
+from .feature_head import FeatureDrafter, FeatureHead, is_feature_head, load_head
 from .lean import cached_model
 from .metrics import summarize
 from .models import (
@@ -65,6 +66,10 @@ class ModelBank:
 
     def target(self, preset: Preset, dtype: str = "auto") -> LoadedModel:
         return self.model(preset.target, preset.target.rsplit("/", 1)[-1], target_dtype(dtype))
+
+    def head(self, source: str, target: LoadedModel) -> tuple[FeatureHead, list[int] | None]:
+        """A feature head on ``target``'s device and dtype, with its draft vocabulary."""
+        return self._get("head", (source, target.dtype), lambda: load_head(Path(source), target.model))
 
     def tokenizer(self, source: str):
         return self._get("tokenizer", source, lambda: load_tokenizer(source))
@@ -129,18 +134,33 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
     if room < config.max_new_tokens:
         raise ConfigError(f"the prompt is {len(prompt_ids)} tokens; with --max-new-tokens {config.max_new_tokens} it exceeds "
                           f"the target's context of {target.max_positions} tokens")
-    draft_models = {name: bank.model(src, name) for name, src in draft_sources if src != NGRAM_DRAFT}
+    heads = {name: bank.head(src, target) for name, src in draft_sources if src != NGRAM_DRAFT and is_feature_head(Path(src))}
+    if heads and config.chain:
+        raise ConfigError(f"--chain: '{next(iter(heads))}' is a feature head; it drafts from the target's own states, "
+                          "so it cannot be a level of a chain")
+    draft_models = {name: bank.model(src, name) for name, src in draft_sources if src != NGRAM_DRAFT and name not in heads}
     for name, src in draft_sources:
-        if src != NGRAM_DRAFT and not (Path(src) / "specviz.json").exists():
+        if name in draft_models and not (Path(src) / "specviz.json").exists():
             check_shared_vocab(tokenizer, bank.tokenizer(src), name)
     vocab = shared_vocab_size(target, *draft_models.values())
-    drafters = [ModelDrafter(cached_model(draft_models[name], vocab, config.full_draft_vocab)) if name in draft_models else NGramDrafter()
-                for name, _ in draft_sources]
+    target_model = cached_model(target, vocab)
+    drafters = [make_drafter(name, draft_models, heads, target_model, config.full_draft_vocab) for name, _ in draft_sources]
     if config.chain:
         drafters = [build_chain(drafters[0], [d.model for d in drafters[1:]], config.level_gamma)]
     sampler = Sampler(config.temperature, config.top_p, config.seed, target.device)
-    return PreparedRun(config, tokenizer, prompt_ids, cached_model(target, vocab), drafters, sampler, stop_ids_of(target, tokenizer),
+    return PreparedRun(config, tokenizer, prompt_ids, target_model, drafters, sampler, stop_ids_of(target, tokenizer),
                        make_rule(config, target))
+
+
+def make_drafter(name: str, draft_models: dict[str, LoadedModel], heads: dict[str, tuple], target: CachedModel,
+                 full_vocab: bool) -> Drafter:
+    """The drafter called ``name``: a draft model, a feature head on ``target``, or the n-gram lookup."""
+    if name in heads:
+        head, draft_vocab = heads[name]
+        return FeatureDrafter(head, target, None if full_vocab else draft_vocab, name)
+    if name in draft_models:
+        return ModelDrafter(cached_model(draft_models[name], target.vocab_size, full_vocab))
+    return NGramDrafter()
 
 
 def make_rule(config: DecodeConfig, target: LoadedModel) -> ExactRule:

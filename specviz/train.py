@@ -3,6 +3,7 @@
     python -m specviz.train data --prompts 3000      # target answers + top-k probs -> assets/distill/data
     python -m specviz.train fit --width 64 --layers 2 --out assets/models/smollm2-draft-s
     python -m specviz.train vocab --size 16384 --out assets/models/smollm2-draft-s   # frequent-token head
+    python -m specviz.train head --out assets/models/smollm2-head   # feature-level head (specviz.feature_train)
 
 Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
 problems, code tasks, and summaries of the target's own earlier answers) with a seeded RNG; the target
@@ -305,10 +306,24 @@ def main(argv: list[str] | None = None) -> None:
     v.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
     v.add_argument("--out", type=Path, nargs="+", required=True, help="draft directories")
     v.add_argument("--size", type=int, default=16384)
+    h = sub.add_parser("head", help="train the feature-level draft head (EAGLE) on the generated data")
+    h.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
+    h.add_argument("--out", type=Path, required=True)
+    h.add_argument("--vocab-size", type=int, default=16384)
+    h.add_argument("--minutes", type=float, default=30)
+    h.add_argument("--batch", type=int, default=8)
+    h.add_argument("--lr", type=float, default=1e-3)
+    h.add_argument("--max-len", type=int, default=384)
+    h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
+    h.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":
         generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed)
+    elif a.cmd == "head":
+        from .feature_train import fit_head
+
+        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.seed)))
     elif a.cmd == "vocab":
         print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
     else:

@@ -51,14 +51,14 @@ def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transform
 
 def test_runs_on_one_model_share_its_prepared_layers(tiny_draft):
     a, b = LeanCachedModel(tiny_draft), LeanCachedModel(tiny_draft)
-    assert a.layers is b.layers  # fused weights are concatenated once per model, not once per request
+    assert a.stack.layers is b.stack.layers  # fused weights are concatenated once per model, not once per request
     a.forward(list(range(8)))
-    assert b.ids == [] and b.k is None  # caches stay per run
+    assert b.ids == [] and b.stack.k is None  # caches stay per run
     lm = tiny_llama(vocab=96, hidden=32, layers=1, seed=8, init_std=0.2)
-    before = LeanCachedModel(lm).layers
+    before = LeanCachedModel(lm).stack.layers
     lm.model.to(torch.bfloat16)
     moved = LeanCachedModel(lm)
-    assert moved.layers is not before and moved.forward(list(range(8))).dtype == torch.bfloat16
+    assert moved.stack.layers is not before and moved.forward(list(range(8))).dtype == torch.bfloat16
 
 
 def test_the_cache_grows_past_its_first_reservation(tiny_draft):
@@ -66,7 +66,7 @@ def test_the_cache_grows_past_its_first_reservation(tiny_draft):
     tokens = torch.randint(0, 96, (300,), generator=torch.Generator().manual_seed(1)).tolist()
     torch.testing.assert_close(lean.forward(tokens[:250], 2), hf.forward(tokens[:250], 2), atol=1e-5, rtol=0)
     torch.testing.assert_close(lean.forward(tokens, 1), hf.forward(tokens, 1), atol=1e-5, rtol=0)
-    assert lean.k.shape[3] >= 300
+    assert lean.stack.k.shape[3] >= 300
 
 
 def test_lean_drafts_equal_transformers_drafts_and_stay_lossless(tiny_target, tiny_draft):

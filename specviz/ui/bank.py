@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..config import DecodeConfig
+from ..feature_head import is_feature_head
 from ..models import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
 from ..runner import ModelBank, prepare
 
@@ -103,7 +104,8 @@ def warmup_configs(preset: str) -> list[DecodeConfig]:
 def available_drafts(preset: str) -> list[str]:
     """The preset's drafts that can load now (hub ids count as available) and the n-gram drafter."""
     drafts = resolve_preset(preset).drafts
-    present = [name for name, src in drafts.items() if not src.startswith("/") or Path(src, "config.json").exists()]
+    present = [name for name, src in drafts.items()
+               if not src.startswith("/") or Path(src, "config.json").exists() or is_feature_head(Path(src))]
     return present + [NGRAM_DRAFT]
 
 

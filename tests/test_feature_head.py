@@ -1,0 +1,101 @@
+"""The feature-level draft head: its drafting path equals its training forward, decoding with it stays
+lossless, and its files load or fail with one clear line."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specviz.cache import CachedModel
+from specviz.engine import decode
+from specviz.feature_head import FeatureDrafter, FeatureHead, is_feature_head, load_head, save_head
+from specviz.lean import LeanCachedModel
+from specviz.models import ModelLoadError
+from specviz.policies import LengthPolicy
+from specviz.sampling import Sampler
+
+from .test_engine import PROMPTS, reference
+
+
+def random_head(lm, seed: int = 0) -> FeatureHead:
+    torch.manual_seed(seed)
+    head = FeatureHead(lm.model.config)
+    for p in head.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return head.eval()
+
+
+def expected_drafts(lm, head: FeatureHead, tokens: list[int], gamma: int, vocab: list[int]) -> list[int]:
+    """Greedy drafts computed with the head's training forward over whole sequences: the target's states for
+    the committed tokens, then the head's own estimates, one more position per draft."""
+    with torch.inference_mode():
+        states = lm.model.model(input_ids=torch.tensor([tokens])).last_hidden_state[0, : len(tokens) - 1]
+        embed, rows, nexts = lm.model.model.embed_tokens.weight, lm.model.lm_head.weight[vocab], tokens[1:]
+        drafts = []
+        for _ in range(gamma):
+            out = head(states[None], F.embedding(torch.tensor([nexts]), embed))[0, -1]
+            drafts.append(vocab[int((rows @ out).argmax())])
+            states, nexts = torch.cat([states, out[None]]), nexts + drafts[-1:]
+    return drafts
+
+
+@pytest.mark.parametrize("cached", [CachedModel, LeanCachedModel])
+def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, cached):
+    head, vocab = random_head(tiny_target), list(range(0, 96, 3))
+    target = cached(tiny_target)
+    drafter = FeatureDrafter(head, target, vocab)
+    events = list(decode(target, PROMPTS[3], drafters=[drafter], policy=LengthPolicy(4), max_new_tokens=30))
+    assert any(e.accepted < e.gamma for e in events)  # some drafts were rejected and rolled back
+    tokens = PROMPTS[3] + [t for e in events for t in e.emitted_ids]
+    for e, before in zip(events, [PROMPTS[3] + [t for x in events[:i] for t in x.emitted_ids] for i in range(len(events))]):
+        assert e.draft_ids == expected_drafts(tiny_target, head, before, e.gamma, vocab)
+    assert drafter.propose(tokens, 3, Sampler()).ids == expected_drafts(tiny_target, head, tokens, 3, vocab)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, prompt):
+    target = LeanCachedModel(tiny_target)
+    drafter = FeatureDrafter(random_head(tiny_target, gamma), target, None)
+    events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=40))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
+    assert sum(len(e.draft_ids) for e in events) >= 10 * min(gamma, 3) or len(prompt) == 1
+
+
+def test_a_one_token_prompt_starts_drafting_after_the_first_step(tiny_target):
+    target = CachedModel(tiny_target)
+    drafter = FeatureDrafter(random_head(tiny_target), target, None)
+    events = list(decode(target, [42], drafters=[drafter], policy=LengthPolicy(3), max_new_tokens=10))
+    assert events[0].draft_ids == [] and all(len(e.draft_ids) > 0 for e in events[1:-1])
+
+
+def test_sampled_drafts_come_from_their_q_on_the_draft_vocabulary(tiny_target):
+    vocab = list(range(0, 96, 2))
+    target = LeanCachedModel(tiny_target)
+    drafter = FeatureDrafter(random_head(tiny_target), target, vocab)
+    target.forward(PROMPTS[0][:-1])
+    draft = drafter.propose(PROMPTS[0], 5, Sampler(1.0, 1.0, seed=3))
+    torch.testing.assert_close(draft.q[:, vocab].sum(-1), torch.ones(5))
+    assert all(t in vocab and q > 0 for t, q in zip(draft.ids, draft.q_of_ids()))
+
+
+def test_the_drafter_must_see_every_target_state(tiny_target):
+    target = CachedModel(tiny_target)
+    target.forward(PROMPTS[0])
+    with pytest.raises(ValueError, match="before the target's first forward"):
+        FeatureDrafter(random_head(tiny_target), target, None)
+
+
+def test_save_and_load_round_trip_and_bad_files(tiny_target, tiny_draft, tmp_path):
+    head = random_head(tiny_target)
+    save_head(head, tmp_path / "h", "tiny", {"steps": 0}, {"ids": [1, 2, 3]})
+    assert is_feature_head(tmp_path / "h") and not is_feature_head(tmp_path)
+    loaded, vocab = load_head(tmp_path / "h", tiny_target.model)
+    assert vocab == [1, 2, 3]
+    for (name, a), b in zip(head.named_parameters(), loaded.parameters()):  # int8 rows: within half a step of 1/127 of the row max
+        bound = a.abs().amax(-1, keepdim=True) / 254 + 1e-7 if a.dim() == 2 else 0
+        assert ((a - b).abs() <= bound).all(), name
+    with pytest.raises(ModelLoadError, match="does not fit this target|cannot load"):
+        load_head(tmp_path / "h", tiny_draft.model)  # another width
+    (tmp_path / "h" / "head.safetensors").write_bytes(b"not weights")
+    with pytest.raises(ModelLoadError, match="cannot load feature head"):
+        load_head(tmp_path / "h", tiny_target.model)
