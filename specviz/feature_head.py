@@ -90,8 +90,18 @@ def is_feature_head(path: Path) -> bool:
     return file.is_file() and json.loads(file.read_text()).get("kind") == HEAD_KIND
 
 
-def load_head(path: Path, target_model: torch.nn.Module) -> tuple[FeatureHead, list[int] | None]:
-    """The head in ``path`` for ``target_model`` (fp32, on the target's device), and its draft vocabulary."""
+def head_dtype(target_model: torch.nn.Module) -> torch.dtype:
+    """bfloat16 on a CPU with native bf16 matmuls (a drafting step reads half the bytes; the head's cost is
+    mostly memory traffic), else the target's dtype. The dtype changes what the head proposes, never what is
+    emitted: the target verifies in its own dtype."""
+    if target_model.device.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return torch.bfloat16
+    return target_model.dtype
+
+
+def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | None = None) -> tuple[FeatureHead, list[int] | None]:
+    """The head in ``path`` for ``target_model`` (on its device, in ``dtype`` or :func:`head_dtype`), and its
+    draft vocabulary."""
     path = Path(path)
     head = FeatureHead(target_model.config)
     try:
@@ -101,7 +111,7 @@ def load_head(path: Path, target_model: torch.nn.Module) -> tuple[FeatureHead, l
         raise ModelLoadError(f"cannot load feature head '{path}': {first[:200]}") from None
     if [k for k in missing if not k.startswith("rotary.")] or unexpected:
         raise ModelLoadError(f"feature head '{path}' does not fit this target (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return head.eval().to(device=target_model.device, dtype=target_model.dtype), read_draft_vocab(path)
+    return head.eval().to(device=target_model.device, dtype=dtype or head_dtype(target_model)), read_draft_vocab(path)
 
 
 class ForwardTimer:
@@ -128,15 +138,16 @@ class FeatureDrafter(Drafter):
         self.embed, self.fc = lm.model.embed_tokens.weight, head.fc
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
         self.vocab_ids = torch.tensor(ids, device=self.embed.device)
-        self.rows = lm.lm_head.weight[self.vocab_ids].contiguous()
-        self.stack = LeanStack(lean_layers(head, [head.layer]), head.config, self.fc.weight.dtype, self.embed.device,
-                               head.rotary.inv_freq)
+        self.dtype = self.fc.weight.dtype
+        self.rows = lm.lm_head.weight[self.vocab_ids].to(self.dtype).contiguous()
+        self.stack = LeanStack(lean_layers(head, [head.layer]), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
         self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
 
     def _run(self, states: torch.Tensor, next_ids: list[int], start: int) -> torch.Tensor:
         """The head's estimate of the state after the last of ``next_ids`` (1, hidden)."""
         t0 = time.perf_counter()
-        x = self.fc(torch.cat([F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed), states], -1))
+        embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
+        x = self.fc(torch.cat([embeds, states], -1).to(self.dtype))
         out = self.stack.run(x[None], start)[0, -1:]
         self.timer.forwards += 1
         self.timer.forward_s += time.perf_counter() - t0
@@ -159,7 +170,7 @@ class FeatureDrafter(Drafter):
         forwards, ids, qs = self.timer.forwards, [], []
         state = self._catch_up(tokens, n) if gamma > 0 else None
         while state is not None and len(ids) < gamma:
-            scores = F.linear(state, self.rows)
+            scores = F.linear(state, self.rows).float()
             logits = scores.new_full((1, self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)[0]
             q = sampler.probs(logits)
             if stop is not None and stop(q):

@@ -4,10 +4,12 @@
 
 Recipe: the same target answers as the drafts (``specviz.train data``; held-out split shared). The target's
 final-normed hidden states over every prompt+answer are computed once (fp32, cached under the specviz cache
-directory). At every position whose next-next token is an answer token, the head reads (f[i], x[i+1]) and is
-trained to output f[i+1] (smooth-L1, as in EAGLE) and to give the target's greedy token x[i+2] the highest
-score under the target's LM head over the draft vocabulary (cross-entropy). A second, unrolled pass feeds
-the head its own outputs instead of the target's states, as drafting does after the first token.
+directory). At every position i (prompt and answer), the head reads (f[i] plus a little Gaussian noise,
+x[i+1]) and is trained to output f[i+1] (smooth-L1, as in EAGLE) and to match the target's own distribution
+of x[i+2] over the draft vocabulary, which the target's LM head gives from f[i+1] (soft cross-entropy: the
+labels are the target's predictions, not the text, so prompt positions teach the head too). A second,
+unrolled pass feeds the head its own outputs instead of the target's states, as drafting does after the first
+token. Held-out agreement is the top-1 match with the target at answer positions.
 """
 
 from __future__ import annotations
@@ -57,43 +59,44 @@ def target_features(target: torch.nn.Module, seqs: list[tuple[np.ndarray, int]],
     return out
 
 
-def _batch(seqs, feats, rows, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Padded ids (B, T), features (B, T, H) and a mask of positions whose next-next token is an answer token."""
+def _batch(seqs, feats, rows, answers_only: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded ids (B, T), features (B, T, H) and the mask of positions i scored (x[i+2] exists; with
+    ``answers_only``, it is an answer token)."""
     length = max(len(seqs[r][0]) for r in rows)
     x = torch.zeros((len(rows), length), dtype=torch.long)
     f = torch.zeros((len(rows), length, feats[rows[0]].shape[1]))
-    answer = torch.zeros((len(rows), length), dtype=torch.bool)
+    scored = torch.zeros((len(rows), length), dtype=torch.bool)
     for j, r in enumerate(rows):
         ids, prompt_len = seqs[r]
         x[j, :len(ids)], f[j, :len(ids)] = torch.from_numpy(ids), torch.from_numpy(feats[r].astype(np.float32))
-        answer[j, max(prompt_len - 2, 0):len(ids) - 2] = True
-    return x.to(device), f.to(device), answer.to(device)
+        scored[j, max(prompt_len - 2, 0) if answers_only else 0:len(ids) - 2] = True
+    return x, f, scored
 
 
-def head_losses(head: FeatureHead, embed: torch.Tensor, vocab_rows: torch.Tensor, slot: torch.Tensor, x: torch.Tensor,
-                f: torch.Tensor, answer: torch.Tensor, unroll: int) -> tuple[torch.Tensor, list[float]]:
-    """Summed loss over ``unroll`` passes, and each pass's top-1 agreement with the target's next-next token.
+def head_losses(head: FeatureHead, embed: torch.Tensor, vocab_rows: torch.Tensor, x: torch.Tensor, f: torch.Tensor,
+                scored: torch.Tensor, unroll: int, noise: float = 0.0) -> tuple[torch.Tensor, list[float]]:
+    """Summed loss over ``unroll`` passes, and each pass's top-1 agreement with the target.
 
     Pass k reads the head's own outputs of pass k-1 as features, so it predicts k+1 tokens ahead of the
     target's last state, as the k-th draft token does."""
     inputs, total, agreement = f[:, :-2], 0.0, []
+    if noise:
+        inputs = inputs + noise * torch.randn_like(inputs)
     for k in range(unroll):
         n = inputs.shape[1]
         pred = head(inputs, F.embedding(x[:, 1 + k:1 + k + n], embed))
-        mask = answer[:, k:k + n]
-        labels = slot[x[:, 2 + k:2 + k + n][mask]]
-        logits = pred[mask] @ vocab_rows.T
-        ce = F.cross_entropy(logits, labels, ignore_index=-1)
-        reg = F.smooth_l1_loss(pred[mask], f[:, 1 + k:1 + k + n][mask])
+        mask, truth = scored[:, k:k + n], f[:, 1 + k:1 + k + n]
+        logits, teacher = pred[mask] @ vocab_rows.T, truth[mask] @ vocab_rows.T
+        ce = -(teacher.softmax(-1) * logits.log_softmax(-1)).sum(-1).mean()
+        reg = F.smooth_l1_loss(pred[mask], truth[mask])
         total = total + (reg + 0.1 * ce) / (k + 1)
-        known = labels >= 0
-        agreement.append((logits.argmax(-1)[known] == labels[known]).float().mean().item())
+        agreement.append((logits.argmax(-1) == teacher.argmax(-1)).float().mean().item())
         inputs = pred[:, :-1]
     return total, agreement
 
 
 def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int, lr: float, max_len: int, unroll: int,
-             seed: int) -> dict:
+             noise: float, seed: int) -> dict:
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tok = load_tokenizer(GGUF_SOURCE)
@@ -104,15 +107,13 @@ def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int,
     held_rows, train_rows = list(range(len(held))), list(range(len(held), len(seqs)))
     chosen = sorted(rank_tokens(train)[:vocab_size])
     embed = target.model.embed_tokens.weight.detach().float()
-    vocab_rows = embed[torch.tensor(chosen)]
-    slot = torch.full((embed.shape[0],), -1, dtype=torch.long)
-    slot[torch.tensor(chosen)] = torch.arange(len(chosen))
+    vocab_rows = target.lm_head.weight.detach().float()[torch.tensor(chosen)]
     head = FeatureHead(target.config)
     with torch.no_grad():  # start from "the next state is this state": the fc passes the feature half through
         head.fc.weight[:, embed.shape[1]:].add_(torch.eye(embed.shape[1]))
     params = [p for n, p in head.named_parameters() if not n.startswith("rotary.")]
     n_params = sum(p.numel() for p in params)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.1, betas=(0.9, 0.95))
     start, step = time.time(), 0
 
     def lr_scale(s: int) -> float:
@@ -124,8 +125,8 @@ def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int,
     while time.time() - start < minutes * 60:
         rng.shuffle(train_rows)
         for b in range(0, len(train_rows) - batch + 1, batch):
-            x, f, answer = _batch(seqs, feats, train_rows[b:b + batch], "cpu")
-            loss, agreement = head_losses(head, embed, vocab_rows, slot, x, f, answer, unroll)
+            x, f, scored = _batch(seqs, feats, train_rows[b:b + batch], answers_only=False)
+            loss, agreement = head_losses(head, embed, vocab_rows, x, f, scored, unroll, noise)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -138,10 +139,10 @@ def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int,
             if time.time() - start >= minutes * 60:
                 break
     with torch.no_grad():
-        x, f, answer = _batch(seqs, feats, held_rows, "cpu")
-        _, agreement = head_losses(head.eval(), embed, vocab_rows, slot, x, f, answer, max(unroll, 2))
+        x, f, scored = _batch(seqs, feats, held_rows, answers_only=True)
+        _, agreement = head_losses(head.eval(), embed, vocab_rows, x, f, scored, max(unroll, 2))
     report = {"heldout_top1_agreement": agreement, "steps": step, "minutes": (time.time() - start) / 60, "params": n_params,
               "train_answers": len(train_rows), "train_tokens": int(sum(len(train[i][1]) for i in range(len(train)))),
-              "unroll": unroll, "draft_vocab": vocab_size}
+              "unroll": unroll, "noise": noise, "draft_vocab": vocab_size}
     save_head(head, out, "smollm2-offline", report, {"size": vocab_size, "ids": chosen})
     return report

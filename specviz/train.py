@@ -309,12 +309,13 @@ def main(argv: list[str] | None = None) -> None:
     h = sub.add_parser("head", help="train the feature-level draft head (EAGLE) on the generated data")
     h.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
     h.add_argument("--out", type=Path, required=True)
-    h.add_argument("--vocab-size", type=int, default=16384)
+    h.add_argument("--vocab-size", type=int, default=8192)
     h.add_argument("--minutes", type=float, default=30)
     h.add_argument("--batch", type=int, default=8)
     h.add_argument("--lr", type=float, default=1e-3)
     h.add_argument("--max-len", type=int, default=384)
     h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
+    h.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's states")
     h.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "head":
         from .feature_train import fit_head
 
-        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.seed)))
+        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.noise, a.seed)))
     elif a.cmd == "vocab":
         print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
     else:

@@ -46,6 +46,7 @@ def assert_one_line_error(r: subprocess.CompletedProcess, fragment: str) -> None
     (["--chain", "ngram,draft-s", "--draft", "draft-m"], "--chain replaces the draft"),
     (["--chain", "ngram,draft-s", "--level-gamma", "0"], "--level-gamma"),
     (["--chain", "ngram,no-such-draft"], "unknown draft"),
+    (["--chain", "head,draft-s"], "feature head"),
     (["--dtype", "float16"], "--dtype"),
 ])
 def test_bad_options(args, fragment):

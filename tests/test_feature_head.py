@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from specviz.cache import CachedModel
 from specviz.engine import decode
-from specviz.feature_head import FeatureDrafter, FeatureHead, is_feature_head, load_head, save_head
+from specviz.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head
 from specviz.lean import LeanCachedModel
 from specviz.models import ModelLoadError
 from specviz.policies import LengthPolicy
@@ -51,11 +51,12 @@ def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, ca
     assert drafter.propose(tokens, 3, Sampler()).ids == expected_drafts(tiny_target, head, tokens, 3, vocab)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, prompt):
+def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, prompt, dtype):
     target = LeanCachedModel(tiny_target)
-    drafter = FeatureDrafter(random_head(tiny_target, gamma), target, None)
+    drafter = FeatureDrafter(random_head(tiny_target, gamma).to(dtype), target, None)
     events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
     assert sum(len(e.draft_ids) for e in events) >= 10 * min(gamma, 3) or len(prompt) == 1
@@ -89,8 +90,9 @@ def test_save_and_load_round_trip_and_bad_files(tiny_target, tiny_draft, tmp_pat
     head = random_head(tiny_target)
     save_head(head, tmp_path / "h", "tiny", {"steps": 0}, {"ids": [1, 2, 3]})
     assert is_feature_head(tmp_path / "h") and not is_feature_head(tmp_path)
-    loaded, vocab = load_head(tmp_path / "h", tiny_target.model)
+    loaded, vocab = load_head(tmp_path / "h", tiny_target.model, torch.float32)
     assert vocab == [1, 2, 3]
+    assert load_head(tmp_path / "h", tiny_target.model)[0].fc.weight.dtype == head_dtype(tiny_target.model)
     for (name, a), b in zip(head.named_parameters(), loaded.parameters()):  # int8 rows: within half a step of 1/127 of the row max
         bound = a.abs().amax(-1, keepdim=True) / 254 + 1e-7 if a.dim() == 2 else 0
         assert ((a - b).abs() <= bound).all(), name
