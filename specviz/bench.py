@@ -55,6 +55,7 @@ def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
         BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
         BenchConfig(f"sd head γ={gamma}", sd("head")),
+        BenchConfig("sd head γ=3", DecodeConfig(method="sd", draft="head", gamma=3, max_new_tokens=max_new_tokens)),
         BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
         BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),
