@@ -1,6 +1,7 @@
-"""Top-1 agreement of draft models with the offline target, teacher-forced on the target's own greedy answers.
+"""Top-1 agreement of draft models (and feature heads) with the offline target, teacher-forced on the target's
+own greedy answers.
 
-    .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...]    # default: the bundled drafts
+    .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...]    # default: the bundled drafts and head
 
 Two measures per draft: on the evaluation suites (2 prompts per category, 64 new tokens, chat template) and on
 the distillation data's held-out answers (the split ``specviz.train fit`` reports). Older drafts can be
@@ -13,13 +14,31 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
+from specviz.feature_head import is_feature_head, load_head
 from specviz.models import ASSETS, GGUF_SOURCE, load_model, load_tokenizer
 from specviz.suites import load_suite
-from specviz.train import _collate, load_data, split_heldout, without_evaluation_prompts
+from specviz.train import load_data, split_heldout, without_evaluation_prompts
 
-DEFAULT = [ASSETS / "models" / "smollm2-draft-s", ASSETS / "models" / "smollm2-draft-m"]
+DEFAULT = [ASSETS / "models" / name for name in ("smollm2-draft-s", "smollm2-draft-m", "smollm2-head")]
+
+
+def predictor(path: Path, target):
+    """seq (1, L), n -> the drafter's greedy guesses for seq[n:], each from the true tokens before it."""
+    if not is_feature_head(path):
+        draft = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        return lambda seq, n: draft(seq).logits[0, n - 1:-1].argmax(-1)
+    head, vocab = load_head(path, target, torch.float32)
+    vocab = torch.tensor(vocab)
+    rows = target.lm_head.weight[vocab]
+
+    def guess(seq, n):  # the head at i reads the target's state at i and token i+1, and guesses token i+2
+        states = target.model(input_ids=seq).last_hidden_state
+        out = head(states[:, :-1], F.embedding(seq[:, 1:], target.model.embed_tokens.weight))[0, n - 2:-1]
+        return vocab[(out @ rows.T).argmax(-1)]
+    return guess
 
 
 @torch.inference_mode()
@@ -33,18 +52,14 @@ def main(dirs: list[Path]) -> None:
         answers.append((ids.shape[1], target.generate(ids, do_sample=False, max_new_tokens=64)))
     items = without_evaluation_prompts(load_data(ASSETS / "distill" / "data"), tok)
     held, _ = split_heldout(items)
+    # held-out answers are greedy, so each answer token is the target's top-1 there
+    held_seqs = [(len(p), torch.tensor([list(p) + list(a)], dtype=torch.long)) for p, a, _, _ in held]
     print("| draft | suite agreement (tokens) | distillation held-out agreement (tokens) |\n|---|---|---|")
     for path in dirs:
-        draft = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        agree = sum(int((draft(seq).logits[0, n - 1:-1].argmax(-1) == seq[0, n:]).sum()) for n, seq in answers)
-        total = sum(seq.shape[1] - n for n, seq in answers)
-        h_agree = h_total = 0
-        for i in range(0, len(held), 8):
-            x, top_ids, top_p = _collate(held[i:i + 8], 1024, tok.pad_token_id)
-            mask = top_p.sum(-1) > 0
-            h_agree += int((draft(x).logits.argmax(-1)[mask] == top_ids[..., 0][mask]).sum())
-            h_total += int(mask.sum())
-        print(f"| {path} | {agree / total:.3f} ({total}) | {h_agree / h_total:.3f} ({h_total}) |", flush=True)
+        guess = predictor(path, target)
+        measured = [(sum(int((guess(seq, n) == seq[0, n:]).sum()) for n, seq in group), sum(seq.shape[1] - n for n, seq in group))
+                    for group in (answers, held_seqs)]
+        print(f"| {path.name} | " + " | ".join(f"{a / t:.3f} ({t})" for a, t in measured) + " |", flush=True)
 
 
 if __name__ == "__main__":
