@@ -280,6 +280,19 @@ def evaluate_draft(draft: torch.nn.Module, held, pad: int) -> dict:
     return {"heldout_top1_agreement": agree / max(total, 1), "heldout_tokens": total}
 
 
+def _trainer(sub, name: str, help: str, minutes: float, batch: int, lr: float) -> argparse.ArgumentParser:
+    """A training subcommand with the options every trainer takes."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--minutes", type=float, default=minutes)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--max-len", type=int, default=384)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -290,33 +303,19 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--max-new-tokens", type=int, default=160)
     d.add_argument("--topk", type=int, default=8)
     d.add_argument("--seed", type=int, default=0)
-    f = sub.add_parser("fit", help="train one draft on the generated data")
-    f.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
-    f.add_argument("--out", type=Path, required=True)
+    f = _trainer(sub, "fit", "train one draft on the generated data", minutes=60, batch=16, lr=3e-3)
     f.add_argument("--width", type=int, default=64)
     f.add_argument("--layers", type=int, default=2)
     f.add_argument("--heads", type=int, default=4)
     f.add_argument("--epochs", type=float, default=3)
-    f.add_argument("--batch", type=int, default=16)
-    f.add_argument("--lr", type=float, default=3e-3)
-    f.add_argument("--max-len", type=int, default=384)
-    f.add_argument("--minutes", type=float, default=60)
-    f.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("vocab", help="write the draft vocabulary (most frequent target tokens) next to drafts")
     v.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
     v.add_argument("--out", type=Path, nargs="+", required=True, help="draft directories")
     v.add_argument("--size", type=int, default=16384)
-    h = sub.add_parser("head", help="train the feature-level draft head (EAGLE) on the generated data")
-    h.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
-    h.add_argument("--out", type=Path, required=True)
+    h = _trainer(sub, "head", "train the feature-level draft head (EAGLE) on the generated data", minutes=30, batch=8, lr=1e-3)
     h.add_argument("--vocab-size", type=int, default=8192)
-    h.add_argument("--minutes", type=float, default=30)
-    h.add_argument("--batch", type=int, default=8)
-    h.add_argument("--lr", type=float, default=1e-3)
-    h.add_argument("--max-len", type=int, default=384)
     h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
     h.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's states")
-    h.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":

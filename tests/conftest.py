@@ -1,10 +1,14 @@
-"""Shared fixtures: tiny random Llamas (fast, exact comparisons) and the real offline target (slow)."""
+"""Shared fixtures: tiny random Llamas (fast, exact comparisons), a tiny teacher's greedy answers with their top-k
+(distillation data), and the real offline target (slow)."""
 
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -45,3 +49,35 @@ def bank():
     from specviz.runner import ModelBank
 
     return ModelBank()
+
+
+def target_answers(lm, prompts, max_new, k=4):
+    """What ``generate_data`` stores, without a tokenizer: the target's greedy answer and its top-k at every step."""
+    from transformers import LogitsProcessorList
+
+    from specviz.train import TopKRecorder
+
+    rows = []
+    for prompt in prompts:
+        rec = TopKRecorder(k)
+        with torch.inference_mode():
+            out = lm.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), do_sample=False,
+                              max_new_tokens=max_new, logits_processor=LogitsProcessorList([rec]))
+        answer = out[0, len(prompt):].tolist()
+        rows.append((np.array(prompt, np.int32), np.array(answer, np.int32), torch.cat(rec.ids).numpy(), torch.cat(rec.probs).numpy()))
+    return rows
+
+
+def random_prompts(n, vocab, seed, lo=2, hi=9):
+    rng = random.Random(seed)
+    return [[rng.randrange(1, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def teacher():
+    return tiny_llama(vocab=48, hidden=32, layers=1, seed=7, init_std=0.3)
+
+
+@pytest.fixture(scope="session")
+def teacher_data(teacher):
+    return target_answers(teacher.model, random_prompts(24, 48, seed=0), max_new=10)

@@ -5,25 +5,14 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 import torch
 
 from specviz import feature_train
 from specviz.feature_head import FeatureHead, load_head
 from specviz.feature_train import _batch, head_losses, sequences, target_features
 from specviz.models import LoadedModel
-from tests.conftest import tiny_llama
-from tests.test_train import _write_shards, random_prompts, target_answers
-
-
-@pytest.fixture(scope="module")
-def teacher():
-    return tiny_llama(vocab=48, hidden=32, layers=1, seed=7, init_std=0.3)
-
-
-@pytest.fixture(scope="module")
-def teacher_data(teacher):
-    return target_answers(teacher.model, random_prompts(24, 48, seed=0), max_new=10)
+from tests.conftest import random_prompts, target_answers
+from tests.test_train import _write_shards
 
 
 def test_training_steps_raise_agreement_with_the_target(teacher, teacher_data, tmp_path):

@@ -13,7 +13,7 @@ import torch
 
 from specviz import train
 from specviz.models import LoadedModel
-from specviz.train import TopKRecorder, _batches, _collate, build_instructions, distill_loss, evaluate_draft, load_data, make_draft
+from specviz.train import _batches, _collate, build_instructions, distill_loss, evaluate_draft, load_data, make_draft
 from tests.conftest import tiny_llama
 
 K = 4
@@ -21,36 +21,6 @@ K = 4
 
 def row(prompt, answer, top_ids, top_p):
     return (np.array(prompt, np.int32), np.array(answer, np.int32), np.array(top_ids, np.int32), np.array(top_p, np.float16))
-
-
-def target_answers(lm, prompts, max_new, k=K):
-    """What ``generate_data`` stores, without a tokenizer: the target's greedy answer and its top-k at every step."""
-    from transformers import LogitsProcessorList
-
-    rows = []
-    for prompt in prompts:
-        rec = TopKRecorder(k)
-        with torch.inference_mode():
-            out = lm.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), do_sample=False,
-                              max_new_tokens=max_new, logits_processor=LogitsProcessorList([rec]))
-        answer = out[0, len(prompt):].tolist()
-        rows.append((np.array(prompt, np.int32), np.array(answer, np.int32), torch.cat(rec.ids).numpy(), torch.cat(rec.probs).numpy()))
-    return rows
-
-
-def random_prompts(n, vocab, seed, lo=2, hi=9):
-    rng = random.Random(seed)
-    return [[rng.randrange(1, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
-
-
-@pytest.fixture(scope="module")
-def teacher():
-    return tiny_llama(vocab=48, hidden=32, layers=1, seed=7, init_std=0.3)
-
-
-@pytest.fixture(scope="module")
-def teacher_data(teacher):
-    return target_answers(teacher.model, random_prompts(24, 48, seed=0), max_new=10)
 
 
 # ---- TopKRecorder ---------------------------------------------------------------------------------------------
