@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from .cache import CachedModel
 from .drafters import Draft, Drafter, StopRule, level_record
 from .lean import LeanStack, lean_layers
-from .models import DRAFT_VOCAB_FILE, ModelLoadError, read_draft_vocab
+from .models import DRAFT_VOCAB_FILE, ModelLoadError, first_line, read_draft_vocab
 from .sampling import Sampler
 
 HEAD_KIND = "feature-head"
@@ -107,8 +107,7 @@ def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | No
     try:
         missing, unexpected = head.load_state_dict(dequantize(load_file(str(path / WEIGHTS_FILE))), strict=False)
     except Exception as exc:  # a missing file, bad safetensors header or a shape mismatch: one line either way
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ModelLoadError(f"cannot load feature head '{path}': {first[:200]}") from None
+        raise ModelLoadError(f"cannot load feature head '{path}': {first_line(exc)[:200]}") from None
     if [k for k in missing if not k.startswith("rotary.")] or unexpected:
         raise ModelLoadError(f"feature head '{path}' does not fit this target (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return head.eval().to(device=target_model.device, dtype=dtype or head_dtype(target_model)), read_draft_vocab(path)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .hidden import final_norm, prenorm_states
-from .models import ASSETS, LoadedModel, ModelLoadError
+from .models import ASSETS, LoadedModel, ModelLoadError, first_line
 
 HEAD_FORMAT = "specviz-judge-head/1"
 DEFAULT_L2 = 0.1  # best of 1e-2..1 in 5-fold CV over the train split grouped by question (with the junk items)
@@ -163,7 +163,7 @@ class JudgeHead:
             if head.weight.shape != (head.n_inputs,) or not torch.isfinite(head.weight).all():
                 raise ValueError("weight does not match hidden_size")
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            reason = first_line(exc)[:120]
             raise JudgeLoadError(f"judge head {path} is unreadable: {reason}") from None
         if head.target != target_name:
             raise JudgeLoadError(f"judge head {path} was trained for target '{head.target}', not '{target_name}'")

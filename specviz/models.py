@@ -161,6 +161,11 @@ def model_dir_or_id(source: str) -> str:
     return str(converted_gguf_dir()) if source == GGUF_SOURCE else source
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (libraries raise multi-line text), or its type's name."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
@@ -260,7 +265,7 @@ def load_model(source: str, name: str | None = None, device: torch.device | None
     except ModelLoadError:
         raise
     except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors with multi-line text
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         hint = f" (offline: use --preset {OFFLINE_PRESET} or a local directory)" if _offline() or "offline" in first.lower() else ""
         raise ModelLoadError(f"cannot load model '{source}': {first[:200]}{hint}") from None
     model.eval()
@@ -293,7 +298,7 @@ def load_tokenizer(source: str):
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ModelLoadError(f"cannot load tokenizer of '{source}': {first[:200]}") from None
 
 
