@@ -66,17 +66,20 @@ def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
     ]
 
 
-def policy_configs(max_new_tokens: int, draft: str = "draft-s") -> list[BenchConfig]:
-    """Every γ policy and fixed γ ∈ 1..8 with one draft, and per-step selection among all drafts."""
+SELECT_CANDIDATES = ("head", "draft-m", "ngram")
+
+
+def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig]:
+    """Every γ policy and fixed γ ∈ 1..8 with one draft, and per-step selection among the drafts."""
     def sd(policy: str, gamma: int = 4, name: str = draft) -> DecodeConfig:
         return DecodeConfig(method="sd", draft=name, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
 
     fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]
     adaptive = [BenchConfig(p, sd(p)) for p in ("fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")]
-    select = DecodeConfig(method="sd", select=["draft-s", "draft-m", "ngram"], gamma_policy="online", max_new_tokens=max_new_tokens)
+    select = DecodeConfig(method="sd", select=list(SELECT_CANDIDATES), gamma_policy="online", max_new_tokens=max_new_tokens)
+    others = [BenchConfig(f"online {d}", sd("online", name=d)) for d in SELECT_CANDIDATES if d != draft]
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)), *fixed, *adaptive,
-            BenchConfig("online + select(draft-s, draft-m, ngram)", select),
-            BenchConfig("online draft-m", sd("online", name="draft-m")), BenchConfig("online ngram", sd("online", name="ngram"))]
+            BenchConfig(f"online + select({', '.join(SELECT_CANDIDATES)})", select), *others]
 
 
 def selection_configs(max_new_tokens: int) -> list[BenchConfig]:
@@ -85,8 +88,8 @@ def selection_configs(max_new_tokens: int) -> list[BenchConfig]:
         return DecodeConfig(method="sd", gamma_policy="online", max_new_tokens=max_new_tokens, **kw)
 
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
-            *[BenchConfig(f"online {d}", online(draft=d)) for d in ("draft-s", "draft-m", "ngram")],
-            BenchConfig("online + select(draft-s, draft-m, ngram)", online(select=["draft-s", "draft-m", "ngram"]))]
+            *[BenchConfig(f"online {d}", online(draft=d)) for d in SELECT_CANDIDATES],
+            BenchConfig(f"online + select({', '.join(SELECT_CANDIDATES)})", online(select=list(SELECT_CANDIDATES)))]
 
 
 def chain_configs(max_new_tokens: int, mu: int = 4, level_gamma: int = 3) -> list[BenchConfig]:

@@ -14,6 +14,7 @@ token. Held-out agreement is the top-1 match with the target at answer positions
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .feature_head import FeatureHead, save_head
+from .feature_head import FeatureHead, load_head, save_head
 from .models import GGUF_SOURCE, cache_dir, load_model, load_tokenizer
 from .train import load_data, rank_tokens, split_heldout, without_evaluation_prompts
 
@@ -33,30 +34,33 @@ def sequences(items: list, max_len: int) -> list[tuple[np.ndarray, int]]:
     return [(np.concatenate([p, a]).astype(np.int64)[:max_len], len(p)) for p, a, _, _ in items]
 
 
+def _key(ids: np.ndarray) -> str:
+    return hashlib.sha1(ids.tobytes()).hexdigest()
+
+
 @torch.inference_mode()
 def target_features(target: torch.nn.Module, seqs: list[tuple[np.ndarray, int]], memo: Path, batch: int = 8) -> list[np.ndarray]:
-    """The target's final-normed hidden state at every position of every sequence (fp16), computed once."""
-    if memo.exists():
-        stored = np.load(memo, allow_pickle=True)
-        if len(stored) == len(seqs) and all(len(f) == len(s) for f, (s, _) in zip(stored, seqs)):
-            return list(stored)
-    out: list[np.ndarray | None] = [None] * len(seqs)
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i][0]))
+    """The target's final-normed hidden state at every position of every sequence (fp16), computed once per
+    sequence: ``memo`` keeps them by content, so a later data round only runs the new answers."""
+    known = dict(np.load(memo, allow_pickle=True).item()) if memo.exists() else {}
+    keys = [_key(ids) for ids, _ in seqs]
+    missing = sorted((i for i, k in enumerate(keys) if k not in known), key=lambda i: len(seqs[i][0]))
     start = time.time()
-    for b in range(0, len(order), batch):
-        rows = order[b:b + batch]
+    for b in range(0, len(missing), batch):
+        rows = missing[b:b + batch]
         length = max(len(seqs[r][0]) for r in rows)
         x = torch.zeros((len(rows), length), dtype=torch.long)
         for j, r in enumerate(rows):
             x[j, :len(seqs[r][0])] = torch.from_numpy(seqs[r][0])
         states = target.model(input_ids=x).last_hidden_state  # right padding: causal positions never see it
         for j, r in enumerate(rows):
-            out[r] = states[j, :len(seqs[r][0])].to(torch.float16).numpy()
+            known[keys[r]] = states[j, :len(seqs[r][0])].to(torch.float16).numpy()
         if b // batch % 20 == 0:
-            print(f"features {b + len(rows)}/{len(seqs)} {time.time() - start:.0f}s", flush=True)
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    np.save(memo, np.array(out, dtype=object), allow_pickle=True)
-    return out
+            print(f"features {b + len(rows)}/{len(missing)} {time.time() - start:.0f}s", flush=True)
+    if missing:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        np.save(memo, np.array(known, dtype=object), allow_pickle=True)
+    return [known[k] for k in keys]
 
 
 def _batch(seqs, feats, rows, answers_only: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -96,21 +100,25 @@ def head_losses(head: FeatureHead, embed: torch.Tensor, vocab_rows: torch.Tensor
 
 
 def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int, lr: float, max_len: int, unroll: int,
-             noise: float, seed: int) -> dict:
+             noise: float, seed: int, init: Path | None = None) -> dict:
+    """Train a head (from scratch, or on from the head in ``init``), save it to ``out`` and return its report."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tok = load_tokenizer(GGUF_SOURCE)
     held, train = split_heldout(without_evaluation_prompts(load_data(data), tok))
     target = load_model(GGUF_SOURCE, dtype=torch.float32).model
     seqs = sequences(held + train, max_len)
-    feats = target_features(target, seqs, cache_dir() / "feature-head" / f"features-{len(seqs)}-{max_len}.npy")
+    feats = target_features(target, seqs, cache_dir() / "feature-head" / "features.npy")
     held_rows, train_rows = list(range(len(held))), list(range(len(held), len(seqs)))
     chosen = sorted(rank_tokens(train)[:vocab_size])
     embed = target.model.embed_tokens.weight.detach().float()
     vocab_rows = target.lm_head.weight.detach().float()[torch.tensor(chosen)]
-    head = FeatureHead(target.config)
-    with torch.no_grad():  # start from "the next state is this state": the fc passes the feature half through
-        head.fc.weight[:, embed.shape[1]:].add_(torch.eye(embed.shape[1]))
+    if init is not None:
+        head = load_head(init, target, torch.float32)[0].train()
+    else:
+        head = FeatureHead(target.config)
+        with torch.no_grad():  # start from "the next state is this state": the fc passes the feature half through
+            head.fc.weight[:, embed.shape[1]:].add_(torch.eye(embed.shape[1]))
     params = [p for n, p in head.named_parameters() if not n.startswith("rotary.")]
     n_params = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.1, betas=(0.9, 0.95))
@@ -143,6 +151,6 @@ def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int,
         _, agreement = head_losses(head.eval(), embed, vocab_rows, x, f, scored, max(unroll, 2))
     report = {"heldout_top1_agreement": agreement, "steps": step, "minutes": (time.time() - start) / 60, "params": n_params,
               "train_answers": len(train_rows), "train_tokens": int(sum(len(train[i][1]) for i in range(len(train)))),
-              "unroll": unroll, "noise": noise, "draft_vocab": vocab_size}
+              "unroll": unroll, "noise": noise, "draft_vocab": vocab_size, "init": str(init) if init else None}
     save_head(head, out, "smollm2-offline", report, {"size": vocab_size, "ids": chosen})
     return report

@@ -38,7 +38,9 @@ def draft_log_perplexity(model: CachedModel, ids: list[int]) -> float:
 
 
 def prompt_features(ids: list[int], drafter: Drafter) -> list[float]:
-    model = drafter.models[0] if drafter.models else None
+    """:data:`FEATURES` of a prompt for ``drafter``. A feature head has no perplexity of its own before the
+    target has run, so its perplexity feature is 0 and its fit uses the other features."""
+    model = next((m for m in drafter.models[:1] if isinstance(m, CachedModel)), None)
     ppl = draft_log_perplexity(model, ids) if model is not None and len(ids) > 1 else 0.0
     return [1.0, math.log(len(ids)), ppl, repeat_fraction(ids)]
 

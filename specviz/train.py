@@ -6,7 +6,8 @@
     python -m specviz.train head --out assets/models/smollm2-head   # feature-level head (specviz.feature_train)
 
 Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
-problems, code tasks, and summaries of the target's own earlier answers) with a seeded RNG; the target
+problems, code tasks and snippets, summaries of the target's own earlier answers, and slot-filled families
+of everyday questions, rewrites and creative tasks) with a seeded RNG; the target
 answers them greedily in batches through its chat template, and at every answer position we keep its
 top-k next-token probabilities. A draft is a standard ``LlamaForCausalLM`` whose tied embedding is
 initialised from the target's embedding projected on its top principal directions, trained with a
@@ -46,13 +47,18 @@ def build_instructions(n: int, seed: int, passages: list[str] = ()) -> list[str]
     out = []
     while len(out) < n:
         kind = rng.random()
-        if kind < 0.12:
+        if kind < 0.10:
             a, b = rng.randint(2, 40), rng.randint(2, 12)
             text = rng.choice(recipe["math_templates"]).format(name=rng.choice(recipe["names"]), a=a, b=b, c=a + rng.randint(5, 60))
-        elif kind < 0.24:
+        elif kind < 0.18:
             text = rng.choice(recipe["code_templates"]).format(task=rng.choice(recipe["code_tasks"]))
+        elif kind < 0.24:
+            text = rng.choice(recipe["snippet_templates"]).format(snippet=rng.choice(recipe["code_snippets"]))
         elif kind < 0.32 and passages:
             text = rng.choice(recipe["summary_templates"]).format(passage=rng.choice(passages))
+        elif kind < 0.66:
+            family = rng.choice(recipe["families"])
+            text = rng.choice(family["templates"]).format(**{k: rng.choice(v) for k, v in family["slots"].items()})
         else:
             topic, topic2 = rng.sample(recipe["topics"], 2)
             text = rng.choice(recipe["templates"]).format(topic=topic, topic2=topic2)
@@ -124,10 +130,16 @@ def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, s
 
 
 def load_data(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    items = []
+    """(prompt, answer, top-k ids, top-k probs) per answer, each instruction once: templates repeat, and a
+    held-out answer whose twin is in the training set would measure memory, not agreement."""
+    items, seen = [], set()
     for shard in sorted(path.glob("shard-*.npz")):
         d = np.load(shard, allow_pickle=True)
-        items += list(zip(d["prompt"], d["answer"], d["top_ids"], d["top_p"]))
+        for item in zip(d["prompt"], d["answer"], d["top_ids"], d["top_p"]):
+            key = np.asarray(item[0], np.int64).tobytes()
+            if key not in seen:
+                seen.add(key)
+                items.append(item)
     return items
 
 
@@ -235,8 +247,9 @@ def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: floa
 
 
 def split_heldout(items: list) -> tuple[list, list]:
-    """The first 2 % of the answers (at least 8) are held out from training and from the draft vocabulary."""
-    n = max(8, len(items) // 50)
+    """The first 2 % of the answers (at least 8, at most 30) are held out from training and from the draft
+    vocabulary; the cap keeps the held-out set fixed as later data rounds add answers."""
+    n = min(30, max(8, len(items) // 50))
     return items[:n], items[n:]
 
 
@@ -316,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     h.add_argument("--vocab-size", type=int, default=8192)
     h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
     h.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's states")
+    h.add_argument("--init", type=Path, help="continue training this head instead of starting from scratch")
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":
@@ -323,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "head":
         from .feature_train import fit_head
 
-        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.noise, a.seed)))
+        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.noise, a.seed, a.init)))
     elif a.cmd == "vocab":
         print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
     else:

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from specviz.cache import CachedModel
-from specviz.drafters import ModelDrafter, NGramDrafter
+from specviz.drafters import Drafter, ModelDrafter, NGramDrafter
+from specviz.feature_head import ForwardTimer
 from specviz.predictor import FEATURES, AcceptancePredictor, draft_log_perplexity, fit_weights, prompt_features, repeat_fraction
 
 
@@ -47,6 +48,12 @@ def test_fit_weights_survives_a_constant_zero_feature():
 def test_prompt_features_without_a_model():
     ids = [3, 4, 3, 4, 9]
     assert prompt_features(ids, NGramDrafter()) == pytest.approx([1.0, math.log(5), 0.0, 0.5])
+
+
+def test_prompt_features_of_a_feature_head_leave_perplexity_out():
+    head = Drafter()
+    head.models = [ForwardTimer("head")]  # what a FeatureDrafter counts its forwards with: not a CachedModel
+    assert prompt_features([3, 4, 3, 4, 9], head) == pytest.approx([1.0, math.log(5), 0.0, 0.5])
 
 
 def test_prompt_features_with_a_model_use_its_mean_nll(tiny_draft):

@@ -13,7 +13,7 @@ import torch
 
 from specviz import train
 from specviz.models import LoadedModel
-from specviz.train import _batches, _collate, build_instructions, distill_loss, evaluate_draft, load_data, make_draft
+from specviz.train import _batches, _collate, build_instructions, distill_loss, evaluate_draft, load_data, make_draft, split_heldout
 from tests.conftest import tiny_llama
 
 K = 4
@@ -220,6 +220,18 @@ def test_load_data_reads_shards_back_in_order(tmp_path, teacher_data):
         assert torch.equal(got, want)
 
 
+def test_load_data_keeps_each_instruction_once(tmp_path, teacher_data):
+    twin = (teacher_data[3][0], teacher_data[5][1], teacher_data[5][2], teacher_data[5][3])  # a repeated prompt
+    _write_shards(tmp_path / "data", [*teacher_data[:8], twin, *teacher_data[8:]], per_shard=10)
+    items = load_data(tmp_path / "data")
+    assert len(items) == len(teacher_data)
+    assert [np.asarray(i[1]).tolist() for i in items] == [a.tolist() for _, a, _, _ in teacher_data]  # the first kept
+
+
+def test_the_held_out_split_is_capped_so_later_data_rounds_keep_it():
+    assert [len(split_heldout(list(range(n)))[0]) for n in (10, 500, 1533, 5000)] == [8, 10, 30, 30]
+
+
 def test_fit_end_to_end_with_a_tiny_target(tmp_path, monkeypatch, teacher, teacher_data):
     from transformers import LlamaForCausalLM
 
@@ -304,22 +316,26 @@ def _valid_math(f, recipe):
 
 
 @pytest.mark.parametrize("passages, expected", [
-    (["First passage, long enough to summarise.", "Second passage."], {"math": 0.12, "code": 0.12, "summary": 0.08, "topic": 0.68}),
-    ([], {"math": 0.12, "code": 0.12, "summary": 0.0, "topic": 0.76}),
+    (["First passage, long enough to summarise.", "Second passage."],
+     {"math": 0.10, "code": 0.08, "snippet": 0.06, "summary": 0.08, "family": 0.34, "topic": 0.34}),
+    ([], {"math": 0.10, "code": 0.08, "snippet": 0.06, "summary": 0.0, "family": 0.42, "topic": 0.34}),
 ])
 def test_build_instructions_mixes_the_recipe_kinds_in_the_documented_shares(passages, expected):
     recipe = json.loads(train.RECIPE.read_text())
-    valid = {"math": lambda f: _valid_math(f, recipe), "code": lambda f: f["task"] in recipe["code_tasks"],
-             "summary": lambda f: f["passage"] in passages,
-             "topic": lambda f: all(f[k] in recipe["topics"] for k in ("topic", "topic2") if k in f)}
-    kinds = {kind: [_pattern(t) for t in recipe[key]] for kind, key in
-             [("math", "math_templates"), ("code", "code_templates"), ("summary", "summary_templates"), ("topic", "templates")]}
-    counts = dict.fromkeys(kinds, 0)
-    for text in build_instructions(2000, seed=5, passages=passages):
-        found = {kind for kind, pats in kinds.items() for p in pats if (m := p.match(text)) and valid[kind](m.groupdict())}
+    kinds = [("math", t, lambda f: _valid_math(f, recipe)) for t in recipe["math_templates"]]
+    kinds += [("code", t, lambda f: f["task"] in recipe["code_tasks"]) for t in recipe["code_templates"]]
+    kinds += [("snippet", t, lambda f: f["snippet"] in recipe["code_snippets"]) for t in recipe["snippet_templates"]]
+    kinds += [("summary", t, lambda f: f["passage"] in passages) for t in recipe["summary_templates"]]
+    kinds += [("topic", t, lambda f: all(f[k] in recipe["topics"] for k in ("topic", "topic2") if k in f)) for t in recipe["templates"]]
+    kinds += [("family", t, lambda f, slots=family["slots"]: all(v in slots[k] for k, v in f.items()))
+              for family in recipe["families"] for t in family["templates"]]
+    patterns = [(kind, _pattern(t), valid) for kind, t, valid in kinds]
+    counts = dict.fromkeys(expected, 0)
+    for text in build_instructions(3000, seed=5, passages=passages):
+        found = {kind for kind, p, valid in patterns if (m := p.match(text)) and valid(m.groupdict())}
         assert len(found) == 1, (text, found)
         counts[found.pop()] += 1
-    assert {kind: n / 2000 for kind, n in counts.items()} == pytest.approx(expected, abs=0.03)
+    assert {kind: n / 3000 for kind, n in counts.items()} == pytest.approx(expected, abs=0.03)
 
 
 @pytest.mark.parametrize("n, seed", [
