@@ -125,7 +125,7 @@ def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int,
     start, step = time.time(), 0
 
     def lr_scale(s: int) -> float:
-        progress = min(1.0, (time.time() - start) / (minutes * 60))
+        progress = min(1.0, (time.time() - start) / (max(minutes, 1e-6) * 60))
         return min(1.0, (s + 1) / 50) * (0.05 + 0.95 * (1 + math.cos(math.pi * progress)) / 2)
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_scale)

@@ -219,7 +219,7 @@ def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: floa
 
     def lr_scale(s: int) -> float:
         # cosine over whichever budget runs out first, so a time-capped run still anneals
-        progress = min(1.0, max(s / steps, (time.time() - start) / (minutes * 60)))
+        progress = min(1.0, max(s / steps, (time.time() - start) / (max(minutes, 1e-6) * 60)))
         return min(1.0, (s + 1) / warmup) * (1 + math.cos(math.pi * progress)) / 2
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_scale)

@@ -50,6 +50,15 @@ def test_target_features_are_the_final_normed_states_and_are_kept(teacher, tmp_p
     torch.testing.assert_close(torch.from_numpy(feats[3].astype(np.float32)), want, atol=2e-3, rtol=1e-2)
     again = target_features(None, seqs, tmp_path / "f.npy")  # read back, no target needed
     assert all(np.array_equal(a, b) for a, b in zip(feats, again))
+    rows = []
+
+    def counting(input_ids):
+        rows.append(input_ids.shape[0])
+        return teacher.model.model(input_ids=input_ids)
+
+    extra = (np.array(random_prompts(1, 48, seed=9)[0], np.int64), 2)
+    more = target_features(SimpleNamespace(model=counting), [extra, *seqs], tmp_path / "f.npy")  # a later data round
+    assert rows == [1] and all(np.array_equal(a, b) for a, b in zip(feats, more[1:]))
 
 
 def test_fit_head_end_to_end_with_a_tiny_target(tmp_path, monkeypatch, teacher):
@@ -64,3 +73,10 @@ def test_fit_head_end_to_end_with_a_tiny_target(tmp_path, monkeypatch, teacher):
     head, vocab = load_head(tmp_path / "head", teacher.model, torch.float32)
     assert len(vocab) == 20 and vocab == sorted(vocab)
     assert json.loads((tmp_path / "head" / "specviz.json").read_text())["kind"] == "feature-head"
+    # training on from that head: with no time to train, the saved head is the one it started from
+    again = feature_train.fit_head(tmp_path / "data", tmp_path / "head-2", vocab_size=20, minutes=0, batch=4, lr=1e-3,
+                                   max_len=64, unroll=2, noise=0.0, seed=0, init=tmp_path / "head")
+    assert again["steps"] == 0 and again["init"] == str(tmp_path / "head")
+    continued, _ = load_head(tmp_path / "head-2", teacher.model, torch.float32)
+    for (name, a), (_, b) in zip(head.state_dict().items(), continued.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=name)
