@@ -14,12 +14,14 @@ for step in $STEPS; do
   case $step in
     predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-16}" ;;
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/bench ;;
-    policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/policies ;;
-    selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/selection ;;
+    policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies ;;
+    selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
     judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
     judge-confidence) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
       --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_confidence ;;
+    judge-head-draft) $PY -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
+      --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft ;;
     judge-overhead) $PY scripts/measure_judge_overhead.py ;;
     ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure.txt ;;
     advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;

@@ -69,11 +69,12 @@ def build_parser() -> Parser:
     g.add_argument("--json", action="store_true", help="print the full JSON result")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
     b.add_argument("--suite", default="all", help="'all' or comma-separated categories")
-    b.add_argument("--configs", default="standard", help="benchmark set: standard | policies | chains")
+    b.add_argument("--configs", default="standard", help="benchmark set: standard | policies | selection | chains | judge | judge-head")
     b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
     b.add_argument("--max-new-tokens", type=int, default=96)
     b.add_argument("--out", type=Path, default=Path("results/bench"))
     b.add_argument("--only", type=_names, default=[], help="only these rows (comma-separated labels; the first is the reference)")
+    b.add_argument("--repeats", type=int, default=1, help="interleaved rounds per prompt; each row keeps its fastest run")
     judge_cli.register(sub)
     c = sub.add_parser("chain-advisor", help="measure the preset's models, rank chains by Lemma 3.1, run the best")
     c.add_argument("--preset", default=OFFLINE_PRESET)
@@ -122,7 +123,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
         if unknown:
             raise ConfigError(f"--only: no row {unknown[0]!r} in set '{a.configs}'; rows: {', '.join(c.label for c in configs)}")
         configs = sorted((c for c in configs if c.label in a.only), key=lambda c: a.only.index(c.label))
-    run_benchmark(a.suite, a.configs, a.per_category, a.max_new_tokens, a.out, configs)
+    if a.repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1, got {a.repeats}")
+    run_benchmark(a.suite, a.configs, a.per_category, a.max_new_tokens, a.out, configs, a.repeats)
     return 0
 
 

@@ -3,7 +3,8 @@
 A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
 returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
 README): history h = 20 steps, Acc_max = 0.95, one pseudo-observation at 0.5 in ``online``'s estimate,
-γ ∈ [1, 10] (0 allowed for ``online``), first probe after 8 plain steps, backing off to 64.
+γ ∈ [1, 10] (0 allowed for ``online``), first probe after 2 plain steps, backing off to 64 (a draft whose first
+step was rejected looks useless on that one step; waiting 8 steps cost a fifth of a 64-token answer).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class ProbeSchedule:
     ``cap``; a step that drafts on its merits starts over. Backing off keeps probes cheap on text the
     drafts cannot predict."""
 
-    def __init__(self, base: int = 8, cap: int = 64):
+    def __init__(self, base: int = 2, cap: int = 64):
         self.base, self.cap = base, cap
         self.run, self.wait = 0, base
 
@@ -237,7 +238,7 @@ class OnlinePolicy(LengthPolicy):
 
     name = "online"
 
-    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 8,
+    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 2,
                  prior: float = 0.5, prior_weight: float = 1.0):
         super().__init__(gamma)
         self.gamma_max, self.prior, self.prior_weight = gamma_max, prior, prior_weight
@@ -364,14 +365,17 @@ class OnlineSelector(FirstDraft):
     (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations; the target's
     verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
     (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
-    known once it has drafted; then one plain step is taken, if none was yet, to time it. When no drafter's
+    known once it has drafted. A drafter that has not drafted yet is explored only while it could still win:
+    at its prior acceptance (Acc_max without one) and free drafting, its best rate must reach the best
+    predicted rate of the drafters already measured (this is re-checked every step, so a drafter skipped
+    early is tried once the others falter). Then one plain step is taken, if none was yet, to time it. When no drafter's
     best predicted rate beats a plain target step, the step is plain (``choose`` returns None), except on a
     :class:`ProbeSchedule` (first after ``probe`` such steps), which lets the best drafter try again."""
 
     name = "online-select"
 
     def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = GAMMA_MAX,
-                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 8):
+                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
@@ -387,6 +391,16 @@ class OnlineSelector(FirstDraft):
             return None
         return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
 
+    def could_win(self, drafter: Drafter, measured: list[Drafter]) -> bool:
+        """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would beat the best
+        predicted rate of the ``measured`` drafters (True when nothing is measured yet)."""
+        known = [r for d in measured if (r := self.predicted(d)) is not None]
+        b_p = self.verify.verify_model()
+        if not known or b_p is None:
+            return True
+        acc = self.priors.get(drafter.name, self.histories[drafter.name].acc_max)
+        return max(predicted_rates(acc, 0.0, b_p, self.gamma_max, 1).values()) >= max(known)
+
     def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
         ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
         self.why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
@@ -394,7 +408,9 @@ class OnlineSelector(FirstDraft):
             self.why.update(drafter=None, reason="no drafter has a proposal: plain step")
             return None
         drafters = ready
-        fresh = [d for d in drafters if len(self.histories[d.name].drafted()) < self.explore]
+        steps = {d.name: len(self.histories[d.name].drafted()) for d in drafters}
+        measured = [d for d in drafters if steps[d.name]]
+        fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, measured))]
         fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
             self.why.update(drafter=fresh[0].name, reason="exploring: too little history")

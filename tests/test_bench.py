@@ -9,8 +9,10 @@ import pytest
 from specviz.bench import (
     CONFIG_SETS,
     BenchConfig,
+    fastest_runs,
     markdown,
     peer_table,
+    rotations,
     summary_table,
     theory_columns,
     write_results,
@@ -96,7 +98,7 @@ def test_config_sets_have_unique_labels_and_valid_configs(name):
         assert c.decode.max_new_tokens == 48
 
 
-@pytest.mark.parametrize("name", sorted(set(CONFIG_SETS) - {"judge"}))
+@pytest.mark.parametrize("name", sorted(set(CONFIG_SETS) - {"judge", "judge-head"}))
 def test_config_sets_put_ar_first_and_only_once(name):
     configs = CONFIG_SETS[name](48)
     assert configs[0].label == "ar" and configs[0].decode.method == "ar" and not configs[0].hf_assisted
@@ -104,10 +106,11 @@ def test_config_sets_put_ar_first_and_only_once(name):
     assert all(c.decode.method == "sd" or c.decode.dtype != configs[0].decode.dtype for c in configs[1:])
 
 
-def test_judge_set_is_referenced_to_exact_sd_and_scores_quality():
-    configs = CONFIG_SETS["judge"](48)
+@pytest.mark.parametrize("name, draft", [("judge", "draft-s"), ("judge-head", "head")])
+def test_judge_sets_are_referenced_to_exact_sd_and_score_quality(name, draft):
+    configs = CONFIG_SETS[name](48)
     assert configs[0].label == "exact" and configs[0].decode.accept == "exact" and configs[0].decode.method == "sd"
-    assert all(c.quality for c in configs)
+    assert all(c.quality and c.decode.draft == draft for c in configs)
     assert {c.decode.accept for c in configs[1:]} == {"judge", "lenient", "topk"}
 
 
@@ -157,3 +160,26 @@ def test_peer_table_pairs_engine_rows_with_assisted_generation_on_the_same_draft
     assert table[1]["engine / peer (median)"] == pytest.approx(1 / 22)
     write_results(rows, configs, tmp_path / "run", 32)
     assert markdown(table) in (tmp_path / "run.md").read_text().split("assisted generation")[1]
+
+
+def test_rotations_start_each_round_at_another_share_of_the_list():
+    configs = [BenchConfig(str(k), DecodeConfig(method="ar")) for k in range(6)]
+    orders = [[c.label for c in o] for o in rotations(configs, 1, 3)]
+    assert orders == [list("123450"), list("345012"), list("501234")]
+    assert [[c.label for c in o] for o in rotations(configs, 7, 1)] == [list("123450")]
+
+
+def test_fastest_runs_keeps_each_configurations_least_disturbed_run(monkeypatch):
+    configs = [BenchConfig(label, DecodeConfig(method="ar")) for label in ("a", "b")]
+    walls = {"a": iter([3.0, 1.0, 2.0]), "b": iter([0.5, 4.0, 0.7])}
+    calls = []
+
+    def fake_run(cfg, prompt, bank):
+        calls.append(cfg.label)
+        return {"wall_s": next(walls[cfg.label]), "round": calls.count(cfg.label)}
+
+    monkeypatch.setattr("specviz.bench.run_one", fake_run)
+    best = fastest_runs("p", configs, None, 0, 3)
+    assert len(calls) == 6 and calls.count("a") == calls.count("b") == 3
+    assert (best["a"]["wall_s"], best["a"]["round"]) == (1.0, 2)
+    assert (best["b"]["wall_s"], best["b"]["round"]) == (0.5, 1)

@@ -146,6 +146,7 @@ def test_relaxed_rules_report_reasons(rule):
 @pytest.mark.parametrize("args, fragment", [
     (["--configs", "nope"], "--configs must be one of"),
     (["--configs", "judge", "--only", "exact,judge δ=0.3"], "no row 'judge δ=0.3'"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
 ])
 def test_bench_bad_options(args, fragment):
     assert_one_line_error(cli("bench", *args), fragment)

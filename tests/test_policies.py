@@ -206,6 +206,19 @@ def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prio
     assert OnlineSelector().acceptance("a") is None
 
 
+@pytest.mark.parametrize("accepted, explores_a", [(4, False), (0, True)])
+def test_selector_explores_a_new_drafter_only_while_it_could_win(accepted, explores_a):
+    a, b = named("a"), named("b")
+    sel = OnlineSelector(priors={"a": 0.3, "b": 0.6}, prior_weight=2.0)
+    sel.observe(event(0, 0, verify_ms=40.0, drafter="target"))
+    sel.observe(event(4, accepted, draft_ms=5.0, verify_ms=40.0, drafter="b"))
+    # a at its prior 0.3 with free drafting: at most (1 - 0.3^11) / 0.7 = 1.43 tokens per 40 ms = 35.7 tok/s.
+    # b (5 ms per drafted token) after a full accept: Acc = (4 + 1.2) / (4 + 2) = 0.87, 63.9 tok/s at γ = 4;
+    # after a full rejection: Acc = 1.2 / (1 + 2) = 0.4, at best 1.56 tokens per 50 ms = 31.2 tok/s (γ = 2)
+    assert sel.choose([a, b], []).name == ("a" if explores_a else "b")
+    assert sel.explain()["reason"].startswith("exploring") == explores_a
+
+
 def test_selector_pools_the_verify_cost_over_drafters():
     a, b = named("a"), named("b")
     sel = OnlineSelector()
