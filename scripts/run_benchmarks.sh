@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
     predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-16}" ;;
-    standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/bench ;;
+    standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/bench ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
