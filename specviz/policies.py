@@ -4,7 +4,7 @@ A policy sees finished steps through ``observe`` and answers ``choose`` before e
 returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
 README): history h = 20 steps, Acc_max = 0.95, one pseudo-observation at 0.5 in ``online``'s estimate,
 γ ∈ [1, 10] (0 allowed for ``online``), first probe after 2 plain steps, backing off to 64 (a draft whose first
-step was rejected looks useless on that one step; waiting 8 steps cost a fifth of a 64-token answer).
+step was rejected looks useless on that one step; waiting 8 steps cost an eighth of a 64-token answer).
 """
 
 from __future__ import annotations
@@ -391,15 +391,14 @@ class OnlineSelector(FirstDraft):
             return None
         return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
 
-    def could_win(self, drafter: Drafter, measured: list[Drafter]) -> bool:
-        """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would beat the best
-        predicted rate of the ``measured`` drafters (True when nothing is measured yet)."""
-        known = [r for d in measured if (r := self.predicted(d)) is not None]
+    def could_win(self, drafter: Drafter, best_measured: float | None) -> bool:
+        """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would reach
+        ``best_measured``, the best predicted rate of the drafters that have drafted (None: nothing measured yet)."""
         b_p = self.verify.verify_model()
-        if not known or b_p is None:
+        if best_measured is None or b_p is None:
             return True
         acc = self.priors.get(drafter.name, self.histories[drafter.name].acc_max)
-        return max(predicted_rates(acc, 0.0, b_p, self.gamma_max, 1).values()) >= max(known)
+        return max(predicted_rates(acc, 0.0, b_p, self.gamma_max, 1).values()) >= best_measured
 
     def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
         ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
@@ -409,8 +408,10 @@ class OnlineSelector(FirstDraft):
             return None
         drafters = ready
         steps = {d.name: len(self.histories[d.name].drafted()) for d in drafters}
-        measured = [d for d in drafters if steps[d.name]]
-        fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, measured))]
+        best_measured = None
+        if not all(steps.values()):  # someone has not drafted yet: is it worth a try?
+            best_measured = max((r for d in drafters if steps[d.name] and (r := self.predicted(d)) is not None), default=None)
+        fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, best_measured))]
         fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
             self.why.update(drafter=fresh[0].name, reason="exploring: too little history")
