@@ -28,6 +28,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +40,8 @@ from .suites import evaluation_texts
 RECIPE = ASSETS / "distill" / "recipe.json"
 
 
-def build_instructions(n: int, seed: int, passages: list[str] = ()) -> list[str]:
-    """``n`` varied instructions from the recipe; ``passages`` feed the summary templates."""
+def build_instructions(n: int, seed: int, passages: list[str] = (), fresh: Callable[[str], bool] = lambda text: True) -> list[str]:
+    """``n`` varied instructions from the recipe for which ``fresh`` holds; ``passages`` feed the summary templates."""
     recipe = json.loads(RECIPE.read_text())
     held_out = evaluation_texts()
     rng = random.Random(seed)
@@ -62,7 +63,7 @@ def build_instructions(n: int, seed: int, passages: list[str] = ()) -> list[str]
         else:
             topic, topic2 = rng.sample(recipe["topics"], 2)
             text = rng.choice(recipe["templates"]).format(topic=topic, topic2=topic2)
-        if text.strip() not in held_out:
+        if text.strip() not in held_out and fresh(text):
             out.append(text)
     return out
 
@@ -91,19 +92,34 @@ class TopKRecorder:
         return scores
 
 
-def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, seed: int) -> None:
-    """Greedy answers of the target to ``n_prompts`` instructions, saved in shards as they finish."""
+def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, seed: int,
+                  dtype: torch.dtype = torch.float32) -> None:
+    """Greedy answers of the target to ``n_prompts`` instructions, saved in shards as they finish. A bf16
+    target answers about twice as fast in large batches on AVX-512-bf16 CPUs; its answers are the target's
+    greedy text up to rounding, which is all the feature head needs (it learns from fp32 states recomputed on them)."""
     from transformers import LogitsProcessorList
 
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(GGUF_SOURCE)
-    target = load_model(GGUF_SOURCE, dtype=torch.float32).model
+    target = load_model(GGUF_SOURCE, dtype=dtype).model
     passages: list[str] = []
     done = len(list(out.glob("shard-*.npz")))
+    asked = {np.asarray(p, np.int64).tobytes() for p, *_ in load_data(out)}
+
+    def chat(instruction: str) -> str:
+        return tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True)
+
+    def fresh(instruction: str) -> bool:  # templates repeat: an instruction already answered teaches nothing new
+        key = np.asarray(tok(chat(instruction)).input_ids, np.int64).tobytes()
+        if key in asked:
+            return False
+        asked.add(key)
+        return True
+
     start = time.time()
     for shard in range(done, math.ceil(n_prompts / batch)):
-        chunk = build_instructions(batch, seed * 100_003 + shard, passages)
-        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in chunk]
+        chunk = build_instructions(batch, seed * 100_003 + shard, passages, fresh)
+        texts = [chat(p) for p in chunk]
         enc = tok(texts, return_tensors="pt", padding=True, padding_side="left")
         rec = TopKRecorder(k)
         with torch.inference_mode():
@@ -316,6 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--max-new-tokens", type=int, default=160)
     d.add_argument("--topk", type=int, default=8)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the target's dtype while answering")
     f = _trainer(sub, "fit", "train one draft on the generated data", minutes=60, batch=16, lr=3e-3)
     f.add_argument("--width", type=int, default=64)
     f.add_argument("--layers", type=int, default=2)
@@ -333,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":
-        generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed)
+        generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed, getattr(torch, a.dtype))
     elif a.cmd == "head":
         from .feature_train import fit_head
 

@@ -298,6 +298,19 @@ def test_build_instructions_uses_passages_only_when_given():
     assert not any(passage in s for s in build_instructions(300, seed=1))
 
 
+def test_build_instructions_keeps_only_fresh_instructions():
+    answered = set(build_instructions(300, seed=2))
+    asked = []
+
+    def fresh(text):
+        asked.append(text)
+        return text not in answered
+
+    out = build_instructions(300, seed=2, fresh=fresh)
+    assert len(out) == 300 and not answered & set(out)
+    assert len(asked) > 300  # the draws it refused were replaced, not dropped
+
+
 def _pattern(template):
     """A regex matching what ``template.format(...)`` can produce; a field used twice must repeat its value."""
     out, seen = "", set()
