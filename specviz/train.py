@@ -104,13 +104,13 @@ def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, s
     target = load_model(GGUF_SOURCE, dtype=dtype).model
     passages: list[str] = []
     done = len(list(out.glob("shard-*.npz")))
-    asked = {np.asarray(p, np.int64).tobytes() for p, *_ in load_data(out)}
+    asked = {prompt_key(p) for p, *_ in load_data(out)}
 
     def chat(instruction: str) -> str:
         return tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True)
 
     def fresh(instruction: str) -> bool:  # templates repeat: an instruction already answered teaches nothing new
-        key = np.asarray(tok(chat(instruction)).input_ids, np.int64).tobytes()
+        key = prompt_key(tok(chat(instruction)).input_ids)
         if key in asked:
             return False
         asked.add(key)
@@ -145,6 +145,11 @@ def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, s
         print(f"shard {shard}: {len(rows)} answers, {tokens} tokens, {time.time() - start:.0f}s", flush=True)
 
 
+def prompt_key(prompt_ids) -> bytes:
+    """What identifies an instruction across shards: its chat-formatted prompt ids."""
+    return np.asarray(prompt_ids, np.int64).tobytes()
+
+
 def load_data(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """(prompt, answer, top-k ids, top-k probs) per answer, each instruction once: templates repeat, and a
     held-out answer whose twin is in the training set would measure memory, not agreement."""
@@ -152,7 +157,7 @@ def load_data(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     for shard in sorted(path.glob("shard-*.npz")):
         d = np.load(shard, allow_pickle=True)
         for item in zip(d["prompt"], d["answer"], d["top_ids"], d["top_p"]):
-            key = np.asarray(item[0], np.int64).tobytes()
+            key = prompt_key(item[0])
             if key not in seen:
                 seen.add(key)
                 items.append(item)
