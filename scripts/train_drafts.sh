@@ -2,7 +2,8 @@
 # Rebuilds the bundled drafts the way the committed ones were made: round 1 of target answers (resumable,
 # shards under assets/distill/data), both drafts trained side by side on one torch thread each, the feature
 # head on both threads; then round 2 of answers (the full recipe, another seed) and the head trained on from
-# round 1's head over both rounds. MINUTES caps each draft fit; the committed drafts used the values recorded
+# round 1's head over both rounds; then round 3 (bf16 answers to instructions not yet answered) and the head
+# trained on again over all three. MINUTES caps each draft fit; the committed drafts used the values recorded
 # in assets/models/*/specviz.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,8 @@ wait
 $PY -m specviz.train head --minutes 30 --out assets/models/smollm2-head > results/train_head_round1.log 2>&1
 $PY -m specviz.train data --prompts 2688 --batch 64 --max-new-tokens 160 --seed 1
 $PY -m specviz.train head --minutes 38 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
+  > results/train_head_round2.log 2>&1
+$PY -m specviz.train data --prompts 10496 --batch 128 --seed 2 --dtype bfloat16
+$PY -m specviz.train head --minutes 40 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
   > results/train_head.log 2>&1
 tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head.log
