@@ -5,7 +5,8 @@
 
 ``record``: for every prompt of the suites, the target's greedy answer (64 tokens) and, at each answer position t,
 how many of the feature head's next 10 greedy drafts (drafted as the engine does, from the target's states of
-the answer so far) match the answer, ``L[t]``, and the head's top probability at each of them. Greedy decoding is
+the answer so far) match the answer, ``L[t]``, the head's top probability at each of them, and the acceptance the
+predictor (``assets/models/acceptance_predictor.json``) expects from the prompt. Greedy decoding is
 lossless, so every policy walks the same answer, and a step at position t with γ drafted tokens accepts min(γ, L[t]).
 Written to ``results/policy_sim_matches.json``.
 
@@ -36,11 +37,12 @@ DEPTH, NEW_TOKENS = 10, 64
 @torch.inference_mode()
 def record() -> None:
     from specviz.config import DecodeConfig
+    from specviz.predictor import AcceptancePredictor
     from specviz.runner import ModelBank, prepare
     from specviz.sampling import Sampler
     from specviz.suites import load_suite
 
-    bank, rows = ModelBank(), []
+    bank, rows, predictor = ModelBank(), [], AcceptancePredictor.load()
     for item in load_suite("all"):
         config = DecodeConfig(method="sd", draft="head", gamma=3, max_new_tokens=NEW_TOKENS)
         run = prepare(config, item["prompt"], bank)
@@ -53,7 +55,8 @@ def record() -> None:
             draft = drafter.propose(tokens[:len(run.prompt_ids) + t], DEPTH, greedy)
             lengths.append(next((i for i, (d, a) in enumerate(zip(draft.ids, answer[t:])) if d != a), min(len(draft.ids), len(answer) - t)))
             confidences.append([round(float(q), 4) for q in draft.q.max(-1).values])
-        rows.append({"id": item["id"], "category": item["category"], "answer": answer, "L": lengths, "top_q": confidences})
+        rows.append({"id": item["id"], "category": item["category"], "answer": answer, "L": lengths, "top_q": confidences,
+                     "predicted_acceptance": predictor.predict(drafter, run.prompt_ids)})
         print(item["id"], sum(lengths) / max(1, len(lengths)), file=sys.stderr, flush=True)
     MATCHES.write_text(json.dumps(rows))
 
@@ -123,19 +126,22 @@ def stopping(policy, threshold: float):
 
 def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) -> None:
     rows, cost = json.loads(MATCHES.read_text()), cost_model()
-    makers = {f"fixed γ={g}": (lambda g=g: POLICIES["fixed"](g)) for g in range(1, 9)}
-    makers |= {name: (lambda name=name: POLICIES[name](4)) for name in ("fsm", "hf-heuristic", "online")}
-    makers |= {f"online h={h}": (lambda h=h: OnlinePolicy(h=h)) for h in (5, 10, 40)}
-    makers |= {f"online prior×{w}": (lambda w=w: OnlinePolicy(prior_weight=w)) for w in (0, 4)}
-    makers |= {f"confidence τ={t}": (lambda t=t: ConfidencePolicy(threshold=t)) for t in (0.2, 0.3, 0.4, 0.5)}
-    makers |= {f"online + stop τ={t}": (lambda t=t: stopping(OnlinePolicy(), t)) for t in (0.2, 0.3, 0.4)}
-    makers |= {f"fixed γ={g} + stop τ={t}": (lambda g=g, t=t: stopping(POLICIES["fixed"](g), t)) for g in (3, 4, 6) for t in (0.2, 0.3)}
-    makers["clairvoyant (γ = the accepted length)"] = None
+    makers = {f"fixed γ={g}": (lambda row, g=g: POLICIES["fixed"](g)) for g in range(1, 9)}
+    makers |= {name: (lambda row, name=name: POLICIES[name](4)) for name in ("fsm", "hf-heuristic", "online")}
+    makers |= {f"online h={h}": (lambda row, h=h: OnlinePolicy(h=h)) for h in (5, 10, 40)}
+    makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(prior_weight=w)) for w in (0, 2, 4)}
+    makers |= {f"online prior predicted ×{w}": (lambda row, w=w: OnlinePolicy(prior=row["predicted_acceptance"], prior_weight=w))
+               for w in (1, 2, 4)}
+    makers |= {f"confidence τ={t}": (lambda row, t=t: ConfidencePolicy(threshold=t)) for t in (0.2, 0.3, 0.4, 0.5)}
+    makers |= {f"online + stop τ={t}": (lambda row, t=t: stopping(OnlinePolicy(), t)) for t in (0.2, 0.3, 0.4)}
+    makers |= {f"fixed γ={g} + stop τ={t}": (lambda row, g=g, t=t: stopping(POLICIES["fixed"](g), t))
+               for g in (3, 4, 6) for t in (0.2, 0.3)}
+    makers["clairvoyant (γ = the accepted length)"] = lambda row: Clairvoyant(row["L"])
     rates = {name: [] for name in makers}
     totals = {name: [0, 0.0, 0] for name in makers}
     for k, row in enumerate(rows):
         for name, make in makers.items():
-            n, ms, steps = replay(make() if make else Clairvoyant(row["L"]), row, cost, noise, seed=k)
+            n, ms, steps = replay(make(row), row, cost, noise, seed=k)
             rates[name].append(n / ms)
             totals[name] = [a + b for a, b in zip(totals[name], (n, ms, steps))]
     fixed = [n for n in makers if n.startswith("fixed") and "stop" not in n]
