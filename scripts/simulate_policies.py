@@ -129,8 +129,9 @@ def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) 
     makers = {f"fixed γ={g}": (lambda row, g=g: POLICIES["fixed"](g)) for g in range(1, 9)}
     makers |= {name: (lambda row, name=name: POLICIES[name](4)) for name in ("fsm", "hf-heuristic", "online")}
     makers |= {f"online h={h}": (lambda row, h=h: OnlinePolicy(h=h)) for h in (5, 10, 40)}
-    makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(prior_weight=w)) for w in (0, 2, 4)}
-    makers |= {f"online prior predicted ×{w}": (lambda row, w=w: OnlinePolicy(prior=row["predicted_acceptance"], prior_weight=w))
+    makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(prior_weight=w)) for w in (0, 2, 4)}  # default ×1
+    makers |= {f"online prior = predicted acceptance ×{w}":
+               (lambda row, w=w: OnlinePolicy(prior=row["predicted_acceptance"], prior_weight=w))
                for w in (1, 2, 4)}
     makers |= {f"confidence τ={t}": (lambda row, t=t: ConfidencePolicy(threshold=t)) for t in (0.2, 0.3, 0.4, 0.5)}
     makers |= {f"online + stop τ={t}": (lambda row, t=t: stopping(OnlinePolicy(), t)) for t in (0.2, 0.3, 0.4)}
@@ -165,6 +166,12 @@ def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) 
                      f"{summed[name] / summed[best]:.3f} | {median_ratio(rates[name], rates['hf-heuristic']):.3f} |")
     lines.append(f"| best fixed γ per prompt (hindsight) | | {median_ratio(oracle, rates[best]):.3f} | | "
                  f"{median_ratio(oracle, rates['hf-heuristic']):.3f} |")
+    lines += ["", "The acceptance predictor against the head's measured acceptance (censored MLE of the match lengths at γ = 10):",
+              "", "| category | predicted (mean) | measured (mean) |", "|---|---|---|"]
+    for category in sorted({r["category"] for r in rows}):
+        group = [r for r in rows if r["category"] == category]
+        measured = [sum(min(n, DEPTH) for n in r["L"]) / max(1, sum(min(n, DEPTH) + (n < DEPTH) for n in r["L"])) for r in group]
+        lines.append(f"| {category} | {statistics.mean(r['predicted_acceptance'] for r in group):.2f} | {statistics.mean(measured):.2f} |")
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -2,8 +2,7 @@
 
 A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
 returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
-README): history h = 20 steps, Acc_max = 0.95, ``online``'s estimate starts from the acceptance predictor's
-prediction for the prompt (two pseudo-observations; one at 0.5 when there is none),
+README): history h = 20 steps, Acc_max = 0.95, one pseudo-observation at 0.5 in ``online``'s estimate,
 γ ∈ [1, 10] (0 allowed for ``online``), first probe after 2 plain steps, backing off to 64 (a draft whose first
 step was rejected looks useless on that one step; waiting 8 steps cost an eighth of a 64-token answer).
 """
@@ -18,7 +17,6 @@ from dataclasses import dataclass
 from .drafters import Drafter, StopRule, lookup_continuation
 
 GAMMA_MAX = 10
-PREDICTED_PRIOR_WEIGHT = 2.0  # pseudo-observations behind an acceptance predicted from prompt features
 
 
 @dataclass
@@ -236,9 +234,7 @@ class OnlinePolicy(LengthPolicy):
 
     The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
     censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
-    single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's.
-    :func:`make_policy` puts the acceptance predictor's prediction for the prompt there when it has one (the
-    paper's offline-light predictor as the starting point of its online estimate)."""
+    single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's."""
 
     name = "online"
 
@@ -255,7 +251,7 @@ class OnlinePolicy(LengthPolicy):
         hist = self.histories[drafter.name]
         acc, a_q, b_p = hist.acceptance(self.prior, self.prior_weight), hist.draft_ms_per_token(), self.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
-            self.why = {"policy": self.name, "gamma": self.gamma, "prior": self.prior, "reason": "no history yet: initial γ"}
+            self.why = {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"}
             return self.gamma
         rates = predicted_rates(acc, a_q, b_p, self.gamma_max)
         best = max(rates, key=rates.get)
@@ -266,8 +262,7 @@ class OnlinePolicy(LengthPolicy):
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = 1, "probe: γ* = 0 for a while"
-        self.why = {"policy": self.name, "gamma": best, "acc": acc, "prior": self.prior, "acc_mle": hist.acceptance(),
-                    "acc_naive": hist.naive_acceptance(),
+        self.why = {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": hist.acceptance(), "acc_naive": hist.naive_acceptance(),
                     "a_q_ms": a_q,
                     "b_p_ms": {str(g): b_p(g) for g in rates}, "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason}
         return best
@@ -315,21 +310,15 @@ class RLPolicy(LengthPolicy):
 POLICIES = {p.name: p for p in (LengthPolicy, FSMPolicy, CacheFSMPolicy, OnlinePolicy, RLPolicy, HFHeuristicPolicy, ConfidencePolicy)}
 
 
-def make_policy(name: str, gamma: int, predicted: float | None = None) -> LengthPolicy:
-    """Policy ``name`` starting at ``gamma``; ``predicted``: the drafter's acceptance predicted from the prompt,
-    which ``online`` takes as its prior (the other policies keep no acceptance estimate)."""
-    if name == "confidence":
-        return ConfidencePolicy()
-    if name == "online" and predicted is not None:
-        return OnlinePolicy(gamma, prior=predicted, prior_weight=PREDICTED_PRIOR_WEIGHT)
-    return POLICIES[name](gamma)
+def make_policy(name: str, gamma: int) -> LengthPolicy:
+    return POLICIES[name](gamma) if name != "confidence" else ConfidencePolicy()
 
 
 class PerDrafterPolicy(LengthPolicy):
     """One length policy per drafter, built on first use, so that with draft selection each drafter's γ
     is learnt from its own steps only (a shared history would mix an n-gram's acceptance with a model's)."""
 
-    def __init__(self, make: Callable[[str], LengthPolicy]):
+    def __init__(self, make: Callable[[], LengthPolicy]):
         self.make, self.policies = make, {}
         self.current: LengthPolicy | None = None
 
@@ -342,9 +331,7 @@ class PerDrafterPolicy(LengthPolicy):
         return self.current.stop_rule if self.current else None
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> int:
-        if drafter.name not in self.policies:
-            self.policies[drafter.name] = self.make(drafter.name)
-        self.current = self.policies[drafter.name]
+        self.current = self.policies.setdefault(drafter.name, self.make())
         return self.current.choose(drafter, tokens)
 
     def observe(self, event) -> None:
@@ -388,7 +375,7 @@ class OnlineSelector(FirstDraft):
     name = "online-select"
 
     def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = GAMMA_MAX,
-                 priors: dict[str, float] | None = None, prior_weight: float = PREDICTED_PRIOR_WEIGHT, probe: int = 2):
+                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight

@@ -93,13 +93,11 @@ class PreparedRun:
     rule: ExactRule
 
     def events(self) -> Iterator[StepEvent]:
-        name, gamma, selecting = self.config.gamma_policy, self.config.gamma, len(self.drafters) > 1
-        predictor = AcceptancePredictor.load() if self.drafters and (selecting or name == "online") else None
-        priors = predictor.priors(self.drafters, self.prompt_ids) if predictor else {}
-        selector, policy = FirstDraft(), make_policy(name, gamma, priors.get(self.drafters[0].name) if self.drafters else None)
-        if selecting:
-            selector = OnlineSelector(priors=priors)
-            policy = PerDrafterPolicy(lambda drafter: make_policy(name, gamma, priors.get(drafter)))
+        selector, policy = FirstDraft(), make_policy(self.config.gamma_policy, self.config.gamma)
+        if len(self.drafters) > 1:
+            predictor = AcceptancePredictor.load()
+            selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
+            policy = PerDrafterPolicy(lambda: make_policy(self.config.gamma_policy, self.config.gamma))
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
                       policy=policy, selector=selector, sampler=self.sampler,
                       max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)

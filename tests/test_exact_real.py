@@ -42,20 +42,3 @@ def test_all_methods_match_generate(bank, index, item):
             run = prepare(DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=N), item["prompt"], bank)
             outputs[f"{draft} γ={gamma}"] = [t for e in run.events() for t in e.emitted_ids]
     assert {name: out for name, out in outputs.items() if out != reference} == {}
-
-
-def test_online_policies_start_from_the_predicted_acceptance(bank):
-    """With the bundled predictor, ``online`` (alone and under selection) starts each drafter's estimate from the
-    acceptance predicted for the prompt, and stays lossless."""
-    from specviz.predictor import AcceptancePredictor
-
-    item = load_suite("math", 1)[0]
-    predictor = AcceptancePredictor.load()
-    reference = generate_reference(prepare(DecodeConfig(method="ar", max_new_tokens=N), item["prompt"], bank))
-    for extra in ({"draft": "head"}, {"select": ["head", "draft-m", "ngram"]}):
-        run = prepare(DecodeConfig(method="sd", gamma_policy="online", max_new_tokens=N, **extra), item["prompt"], bank)
-        expected = {d.name: predictor.predict(d, run.prompt_ids) for d in run.drafters}
-        events = list(run.events())
-        assert [t for e in events for t in e.emitted_ids] == reference
-        seen = {e.drafter: e.policy["prior"] for e in events if e.draft_ids}
-        assert seen and seen == {name: pytest.approx(expected[name]) for name in seen}

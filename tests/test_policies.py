@@ -278,33 +278,10 @@ def test_per_drafter_policy_learns_each_drafter_separately():
 
     from specviz.policies import FSMPolicy, PerDrafterPolicy
 
-    policy = PerDrafterPolicy(lambda name: FSMPolicy(4))
+    policy = PerDrafterPolicy(lambda: FSMPolicy(4))
     a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
     assert policy.choose(a, []) == 4 and policy.choose(b, []) == 4
     full = SimpleNamespace(drafter="a", draft_ids=[1, 2, 3, 4], accepted=4)
     policy.observe(full)
     assert policy.choose(a, []) == 5 and policy.choose(b, []) == 4  # b never saw a's step
     assert policy.explain()["policy"] == "fsm"
-
-
-def test_online_starts_from_the_predicted_acceptance():
-    from types import SimpleNamespace
-
-    from specviz.policies import PREDICTED_PRIOR_WEIGHT
-
-    policy = make_policy("online", 4, predicted=0.8)
-    assert (policy.prior, policy.prior_weight) == (0.8, PREDICTED_PRIOR_WEIGHT)
-    assert make_policy("online", 4).prior == 0.5 and make_policy("fsm", 4, predicted=0.8).name == "fsm"
-    policy.observe(SimpleNamespace(drafter="a", draft_ids=[1, 2, 3, 4], accepted=0, draft_ms=4.0, verify_ms=50.0,
-                                   emitted_ids=[9], total_ms=54.0))
-    # one rejection at the first token: 0 accepted of 1 trial, plus 2 pseudo-observations at 0.8
-    assert policy.histories["a"].acceptance(policy.prior, policy.prior_weight) == pytest.approx(1.6 / 3)
-
-
-def test_per_drafter_policy_builds_each_drafter_its_own_policy():
-    from types import SimpleNamespace
-
-    from specviz.policies import PerDrafterPolicy
-
-    policy = PerDrafterPolicy(lambda name: make_policy("fixed", 3 if name == "a" else 5))
-    assert policy.choose(SimpleNamespace(name="a"), []) == 3 and policy.choose(SimpleNamespace(name="b"), []) == 5
