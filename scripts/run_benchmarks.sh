@@ -12,7 +12,7 @@ STEPS=${STEPS:-"predictor standard policies selection chains judge judge-overhea
 export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
-    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-16}" ;;
+    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" ;;
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/bench ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection ;;

@@ -24,9 +24,8 @@ from .policies import History, record_of
 from .predictor import AcceptancePredictor, fit_weights, prompt_features
 from .quality import quality_table, speed_quality_svg, target_logprob
 from .runner import ModelBank, prepare
-from .suites import load_suite
+from .suites import load_suite, load_warmup
 from .theory import insertion_helps, run_theory
-from .train import build_instructions
 
 SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
 
@@ -229,11 +228,12 @@ def describe_machine(bank: ModelBank) -> str:
     return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}; {dtypes}"
 
 
-def fit_predictor(n_prompts: int = 25, max_new_tokens: int = 48, gamma: int = 4) -> AcceptancePredictor:
-    """Fit the prompt-feature acceptance predictor on warm-up instructions (from the distillation recipe,
-    never the evaluation suites) and save it next to the drafts."""
+def fit_predictor(n_prompts: int = 0, max_new_tokens: int = 48, gamma: int = 4) -> AcceptancePredictor:
+    """Fit the prompt-feature acceptance predictor on the warm-up prompts (``n_prompts`` of them, all when 0)
+    and save it next to the drafts. They are hand-written like the suites, not drawn from the distillation
+    recipe: on the recipe's own kind of instruction the drafts look better than on new text."""
     bank = ModelBank()
-    prompts = build_instructions(n_prompts, seed=12345)
+    prompts = [item["prompt"] for item in load_warmup(n_prompts)]
     names = [*PRESETS[OFFLINE_PRESET].drafts, NGRAM_DRAFT]
     weights, meta = {}, {"prompts": n_prompts, "gamma": gamma, "max_new_tokens": max_new_tokens, "fit": {}}
     for name in names:

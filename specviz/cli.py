@@ -83,7 +83,7 @@ def build_parser() -> Parser:
     c.add_argument("--max-new-tokens", type=int, default=48)
     c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run")
     f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")
-    f.add_argument("--prompts", type=int, default=25)
+    f.add_argument("--prompts", type=int, default=0, help="warm-up prompts to fit on (round-robin over categories; 0: all 24)")
     return ap
 
 

@@ -1,6 +1,8 @@
-"""The evaluation prompt suites (``assets/prompts``) and the judge's held-out verifiable questions.
+"""The evaluation prompt suites (``assets/prompts``), the judge's held-out verifiable questions, and the
+warm-up prompts the acceptance predictor is fitted on (``assets/prompts/warmup``: same categories and style
+as the suites, other texts).
 
-Training recipes (draft distillation, predictor warm-up) must never use these texts: see
+Training recipes (draft distillation) must never use the evaluation texts nor the warm-up prompts: see
 :func:`evaluation_texts`."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from .models import ASSETS
 
 PROMPTS = ASSETS / "prompts"
 EVAL_QUESTIONS = ASSETS / "judge" / "eval_questions.jsonl"
+WARMUP = PROMPTS / "warmup" / "warmup.jsonl"
 
 
 def _rows(path: Path) -> list[dict]:
@@ -35,6 +38,16 @@ def load_suite(suite: str = "all", per_category: int = 0) -> list[dict]:
     return items
 
 
+def load_warmup(n: int = 0) -> list[dict]:
+    """The first ``n`` warm-up prompts (all when 0), taken round-robin over the categories."""
+    rows = _rows(WARMUP)
+    rank = {id(r): sum(x["category"] == r["category"] for x in rows[:i]) for i, r in enumerate(rows)}
+    rows = sorted(rows, key=lambda r: rank[id(r)])
+    return rows[:n] if n else rows
+
+
 def evaluation_texts() -> frozenset[str]:
-    """Every prompt of every suite, stripped: what a training recipe must leave out."""
-    return frozenset(item["prompt"].strip() for suite in ("all", "judge-eval") for item in load_suite(suite))
+    """Every prompt of every suite and every warm-up prompt, stripped: what a training recipe must leave out
+    (a draft trained on the warm-up prompts would look better on them than on new text)."""
+    texts = [item["prompt"] for suite in ("all", "judge-eval") for item in load_suite(suite)]
+    return frozenset(t.strip() for t in texts + [item["prompt"] for item in load_warmup()])

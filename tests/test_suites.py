@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specviz.suites import PROMPTS, evaluation_texts, load_suite
+from specviz.suites import PROMPTS, evaluation_texts, load_suite, load_warmup
 
 
 def _suite_files():
@@ -51,3 +51,19 @@ def test_evaluation_texts_cover_the_suites_and_the_judge_questions():
     assert "Write a Python function that reverses a string." in texts
     assert {r["question"] for r in load_suite("judge-eval")} <= texts
     assert {r["prompt"].strip() for r in load_suite("all")} <= texts
+
+
+def test_warmup_prompts_cover_every_category_and_are_not_evaluation_prompts():
+    warmup, suites = load_warmup(), load_suite("all")
+    categories = {r["category"] for r in suites}
+    assert {r["category"] for r in warmup} == categories and len({r["id"] for r in warmup}) == len(warmup)
+    assert all(sum(r["category"] == c for r in warmup) >= 4 for c in categories)
+    others = {r["prompt"].strip() for r in suites} | {r["question"].strip() for r in load_suite("judge-eval")}
+    assert not {r["prompt"].strip() for r in warmup} & others
+    assert {r["prompt"].strip() for r in warmup} <= evaluation_texts()  # so no draft is ever trained on them
+
+
+def test_load_warmup_takes_the_categories_round_robin():
+    first = load_warmup(len({r["category"] for r in load_warmup()}))
+    assert len({r["category"] for r in first}) == len(first)
+    assert load_warmup(0) == load_warmup() and len(load_warmup(7)) == 7

@@ -352,7 +352,6 @@ def test_build_instructions_mixes_the_recipe_kinds_in_the_documented_shares(pass
 
 
 @pytest.mark.parametrize("n, seed", [
-    (25, 12345),  # the acceptance predictor's warm-up prompts (bench.fit_predictor)
     (3000, 0),  # `train data` defaults: the code template x "reverses a string" is an evaluation prompt
 ])
 def test_build_instructions_never_produces_an_evaluation_prompt(n, seed):
