@@ -26,6 +26,7 @@ is its text, for reading). A seeded ``HELDOUT`` share of the questions is ``spli
 as in the benchmark, and every token it accepted beyond exact verification becomes a decision (id
 ``on-policy-…``), labelled by step 3. Those are the off-trajectory states (loops, derailed sentences) that
 teacher-forced proposals never reach. Each ``--round`` draws its own questions and ids (``on-policy2-…``).
+``--draft NAME`` makes judge decoding draft with another bundled draft in that round (ids ``on-policy3-head-…``).
 """
 
 from __future__ import annotations
@@ -78,13 +79,13 @@ def answer_key(text: str, q: jd.Question) -> str | None:
     return q.expected[0] if jd.is_correct(text, list(q.expected)) else None
 
 
-def judged_cuts(bank, question: str, threshold: float) -> list[tuple[list[int], int]]:
-    """(answer prefix, token) of every token judge decoding (the bundled head at ``threshold``) accepted beyond
-    exact verification while answering ``question``."""
+def judged_cuts(bank, question: str, threshold: float, draft: str = "draft-s") -> list[tuple[list[int], int]]:
+    """(answer prefix, token) of every token judge decoding (the bundled head at ``threshold``, drafting with
+    ``draft``) accepted beyond exact verification while answering ``question``."""
     from .config import DecodeConfig
     from .runner import prepare
 
-    config = DecodeConfig(method="sd", draft="draft-s", gamma=4, accept="judge", judge_threshold=threshold,
+    config = DecodeConfig(method="sd", draft=draft, gamma=4, accept="judge", judge_threshold=threshold,
                           max_new_tokens=MAX_NEW_TOKENS)
     answer, cuts = [], []
     for e in prepare(config, question, bank).events():
@@ -100,7 +101,8 @@ def on_policy_questions(n: int, total: int, seed: int, round_: int) -> list[int]
     return sorted(random.Random(f"{seed}:decisions:on-policy{suffix}").sample(range(total), n))
 
 
-def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, threshold: float = 0.5, round_: int = 1) -> str:
+def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, threshold: float = 0.5, round_: int = 1,
+          on_policy_draft: str = "draft-s") -> str:
     """Write the decisions of :func:`training_questions` to ``out``; return a one-line summary. With
     ``on_policy`` > 0, keep the rows already in ``out`` and add the tokens judge decoding accepted (beyond exact
     verification) on that many questions drawn at random: the states the judge's own choices lead to (one
@@ -117,6 +119,8 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
     rng = random.Random(f"{seed}:decisions:cuts")
     picked = on_policy_questions(on_policy, len(qs), seed, round_) if on_policy else range(len(qs))
     kind = "decision" if not on_policy else "on-policy" if round_ == 1 else f"on-policy{round_}"
+    if on_policy and on_policy_draft != "draft-s":
+        kind += f"-{on_policy_draft}"
     rows = [json.loads(line) for line in out.read_text().splitlines()] if on_policy else []
     kept = len(rows)
     prompts = [encode_prompt(tok, qs[k].text, chat=True) for k in picked]
@@ -127,7 +131,7 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
         if key is None or not ref:
             continue  # nothing to preserve: no number, or a fact the target gets wrong
         if on_policy:
-            cuts = judged_cuts(bank, q.text, threshold)
+            cuts = judged_cuts(bank, q.text, threshold, on_policy_draft)
         else:
             cuts = [(ref[:t], d) for t, d in enumerate(jd.teacher_forced_argmax(draft, prompt, ref)) if d != ref[t]]
             cuts = sorted(rng.sample(cuts, min(PER_QUESTION, len(cuts))))
@@ -157,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="add the tokens judge decoding accepts on N random questions to the existing file")
     b.add_argument("--threshold", type=float, default=0.5, help="δ of the on-policy judge decoding")
     b.add_argument("--round", type=int, default=1, help="DAgger round of --on-policy (each draws other questions)")
+    b.add_argument("--draft", default="draft-s", help="the draft judge decoding drafts with in --on-policy rounds")
     a = p.parse_args(argv)
     start = time.perf_counter()
-    print(build(a.extra, a.out, a.seed, a.on_policy, a.threshold, a.round), f"in {time.perf_counter() - start:.0f} s")
+    print(build(a.extra, a.out, a.seed, a.on_policy, a.threshold, a.round, a.draft), f"in {time.perf_counter() - start:.0f} s")
     return 0
 
 
