@@ -235,7 +235,7 @@ def fit_predictor(n_prompts: int = 0, max_new_tokens: int = 48, gamma: int = 4) 
     bank = ModelBank()
     prompts = [item["prompt"] for item in load_warmup(n_prompts)]
     names = [*PRESETS[OFFLINE_PRESET].drafts, NGRAM_DRAFT]
-    weights, meta = {}, {"prompts": n_prompts, "gamma": gamma, "max_new_tokens": max_new_tokens, "fit": {}}
+    weights, meta = {}, {"prompts": len(prompts), "gamma": gamma, "max_new_tokens": max_new_tokens, "fit": {}}
     for name in names:
         features, acceptance = [], []
         for prompt in prompts:

@@ -40,9 +40,12 @@ def load_suite(suite: str = "all", per_category: int = 0) -> list[dict]:
 
 def load_warmup(n: int = 0) -> list[dict]:
     """The first ``n`` warm-up prompts (all when 0), taken round-robin over the categories."""
-    rows = _rows(WARMUP)
-    rank = {id(r): sum(x["category"] == r["category"] for x in rows[:i]) for i, r in enumerate(rows)}
-    rows = sorted(rows, key=lambda r: rank[id(r)])
+    seen: dict[str, int] = {}
+    ranked = []  # (index within its category, row): sorting on it deals the categories out in turn
+    for row in _rows(WARMUP):
+        ranked.append((seen.get(row["category"], 0), row))
+        seen[row["category"]] = ranked[-1][0] + 1
+    rows = [row for _, row in sorted(ranked, key=lambda pair: pair[0])]
     return rows[:n] if n else rows
 
 
