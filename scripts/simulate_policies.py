@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
-from specviz.policies import POLICIES, ConfidencePolicy, OnlinePolicy
+from specviz.policies import POLICIES, ConfidencePolicy, LengthPolicy, OnlinePolicy
 
 MATCHES = Path("results/policy_sim_matches.json")
 DEPTH, NEW_TOKENS = 10, 64
@@ -107,7 +107,7 @@ def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int,
     return pos, ms, steps
 
 
-class Clairvoyant(POLICIES["fixed"]):
+class Clairvoyant(LengthPolicy):
     """Knows the future: drafts exactly the tokens that will be accepted (γ = L[t]; a plain step when L[t] = 0),
     the ceiling of any length policy for this draft."""
 
@@ -120,7 +120,8 @@ class Clairvoyant(POLICIES["fixed"]):
 
 
 def stopping(policy, threshold: float):
-    policy.stop_rule = lambda q: float(q.max()) < threshold
+    """``policy`` with transformers' confidence stop (the ``confidence`` policy's rule) on top."""
+    policy.stop_rule = ConfidencePolicy(threshold=threshold).stop_rule
     return policy
 
 
