@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from .config import DecodeConfig
+from .engine import Clock
 from .judge_data import is_correct
 from .metrics import summarize
 from .models import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, is_packed
@@ -137,18 +138,26 @@ def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
 
 
 @torch.inference_mode()
-def run_hf_assisted(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
-    """transformers' own assisted generation on the same pair; γ is set on the assistant's generation_config."""
-    run = prepare(cfg.decode, prompt, bank)
-    target, draft = run.target.lm.model, run.drafters[0].model.lm.model
+def hf_assisted_generate(target: torch.nn.Module, draft: torch.nn.Module, prompt_ids: list[int], gamma: int,
+                         max_new_tokens: int, stop_ids: list[int]) -> tuple[list[int], float]:
+    """transformers' own assisted generation (greedy, constant γ set on the assistant's generation_config):
+    the new ids and the wall seconds, measured after the GPU (if any) has finished."""
     gc = draft.generation_config
-    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = cfg.decode.gamma, "constant", 0.0
-    ids = torch.tensor([run.prompt_ids], device=run.target.lm.device)
-    start = time.perf_counter()
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
+    ids = torch.tensor([prompt_ids], device=target.device)
+    clock = Clock(target.device)
+    start = clock()
     out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
-                          max_new_tokens=cfg.decode.max_new_tokens, eos_token_id=run.stop_ids, pad_token_id=run.stop_ids[0])
-    wall = time.perf_counter() - start
-    new = out[0, ids.shape[1]:].tolist()
+                          max_new_tokens=max_new_tokens, eos_token_id=stop_ids or None, pad_token_id=(stop_ids or [0])[0])
+    wall = clock() - start
+    return out[0, ids.shape[1]:].tolist(), wall
+
+
+def run_hf_assisted(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
+    """The peer row: :func:`hf_assisted_generate` on the pair and γ of ``cfg``."""
+    run = prepare(cfg.decode, prompt, bank)
+    new, wall = hf_assisted_generate(run.target.lm.model, run.drafters[0].model.lm.model, run.prompt_ids, cfg.decode.gamma,
+                                     cfg.decode.max_new_tokens, run.stop_ids)
     return {"new_tokens": len(new), "wall_s": wall, "tokens_per_s": len(new) / wall, "token_ids": new}
 
 

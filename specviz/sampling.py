@@ -14,10 +14,10 @@ class Sampler:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
-    device: str | torch.device = "cpu"
+    device: str | torch.device | None = None  # None: torch's default device
 
     def __post_init__(self) -> None:
-        self.generator = torch.Generator(device=self.device)
+        self.generator = torch.Generator(device=self.device or torch.get_default_device())
         self.generator.manual_seed(self.seed)
 
     @property

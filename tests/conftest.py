@@ -1,5 +1,8 @@
 """Shared fixtures: tiny random Llamas (fast, exact comparisons), a tiny teacher's greedy answers with their top-k
-(distillation data), and the real offline target (slow)."""
+(distillation data), and the real offline target (slow).
+
+``SPECVIZ_TEST_DEVICE=cuda`` makes every tensor and tiny model of the tests default to that device, so the
+engine's tests run on a GPU (``scripts/measure_cuda.py`` lists the files that hold with it)."""
 
 import os
 
@@ -14,6 +17,22 @@ import torch  # noqa: E402
 
 from specviz.models import LoadedModel  # noqa: E402
 
+if os.environ.get("SPECVIZ_TEST_DEVICE"):
+    torch.set_default_device(os.environ["SPECVIZ_TEST_DEVICE"])
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A seeded generator on the default device (``torch.rand(..., generator=...)`` needs the two to agree)."""
+    return torch.Generator(torch.get_default_device()).manual_seed(seed)
+
+
+def chi_square_p(observed: torch.Tensor, expected: torch.Tensor) -> float:
+    """Chi-square goodness-of-fit p-value of counts against expected counts (rescaled to the same total)."""
+    from scipy.stats import chisquare
+
+    observed, expected = observed.double().cpu(), expected.double().cpu()
+    return float(chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
+
 
 def tiny_llama(vocab: int, hidden: int, layers: int, seed: int, init_std: float = 0.02, heads: int = 2, kv_heads: int = 2) -> LoadedModel:
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -22,7 +41,10 @@ def tiny_llama(vocab: int, hidden: int, layers: int, seed: int, init_std: float 
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
                          initializer_range=init_std, eos_token_id=None, bos_token_id=None, pad_token_id=None)
-    model = LlamaForCausalLM(config).eval()
+    device = torch.get_default_device()
+    with torch.device("cpu"):  # the same weights whatever the test device: CUDA's generator draws other numbers
+        model = LlamaForCausalLM(config).eval()
+    model.to(device)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return LoadedModel(f"tiny-{hidden}x{layers}-{seed}", model, vocab)

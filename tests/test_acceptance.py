@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specviz.acceptance import ExactRule, JudgeRule, LenientRule, TopKRule, first_false, residual
 from specviz.cache import CachedModel
@@ -12,6 +11,7 @@ from specviz.hidden import prenorm_states
 from specviz.judge import JudgeHead
 from specviz.policies import LengthPolicy
 from specviz.sampling import Sampler, top_p_filter
+from tests.conftest import chi_square_p, seeded
 
 V = 6
 
@@ -44,23 +44,23 @@ def test_residual_and_first_false():
 
 
 def test_exact_rule_reproduces_target_distribution():
-    g = torch.Generator().manual_seed(0)
+    g = seeded(0)
     p = normalised(torch.rand(3, V, generator=g) ** 3)
     q = normalised(torch.rand(3, V, generator=g) ** 3)
     n = 6000
     counts = first_token_counts(p, q, q, n)
-    assert chisquare(counts, n * p[0]).pvalue > 1e-3
+    assert chi_square_p(counts, n * p[0]) > 1e-3
 
 
 def test_wrong_q_is_detected():
     """The bug transformers once had: verifying with a q other than the one sampled from biases output."""
-    g = torch.Generator().manual_seed(0)
+    g = seeded(0)
     p = normalised(torch.rand(3, V, generator=g) ** 3)
     q = normalised(torch.rand(3, V, generator=g) ** 3)
     q_wrong = normalised(q ** 2)  # e.g. the draft's distribution before the temperature transform
     n = 6000
     counts = first_token_counts(p, q, q_wrong, n)
-    assert chisquare(counts, n * p[0]).pvalue < 1e-6
+    assert chi_square_p(counts, n * p[0]) < 1e-6
 
 
 def test_top_p_keeps_nucleus():
@@ -97,12 +97,13 @@ def test_speculative_sampling_matches_target_on_a_model(small_vocab_pair, temper
         observed = torch.cat([observed, counts[~keep].sum(0, keepdim=True)])
         expected = torch.cat([expected, joint[~keep].sum(0, keepdim=True) * n])
     assert counts[joint == 0].sum() == 0  # never a token the target could not produce
-    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
+    assert len(observed) >= 5  # enough cells for the test to have power
+    assert chi_square_p(observed, expected) > 1e-3
 
 
 def RandomHead(hidden: int, bias: float = 0.0, scale: float = 1.0, confidence: bool = False) -> JudgeHead:
     """A judge head with a fixed random weight (and, with ``confidence``, weights on the two confidence features)."""
-    w = scale * torch.randn(hidden + 2 * confidence, generator=torch.Generator().manual_seed(0))
+    w = scale * torch.randn(hidden + 2 * confidence, generator=seeded(0))
     return JudgeHead(w, bias, "tiny", hidden, confidence=confidence)
 
 
@@ -156,7 +157,7 @@ def test_judge_that_accepts_everything_keeps_every_draft(tiny_target, tiny_draft
 
 
 def test_topk_accepts_within_the_targets_top_k():
-    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 3.0, 2.0], [0.0, 0.0, 0.0, 5.0]])
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 3.0, 2.0], [0.0, 1.0, 0.5, 5.0]])  # no ties: topk breaks them by device
     p = logits.softmax(-1)
     verdict = TopKRule(2).verify(Draft([1, 3, 0], None, "d"), torch.cat([logits, logits[:1]]), torch.cat([p, p[:1]]), Sampler())
     assert verdict.accepted == 2 and verdict.reasons == ["topk", "topk", "rejected"] and verdict.next_token == 3

@@ -1,4 +1,4 @@
-"""The benchmark's tables, suites and configuration sets on hand-made rows (no model runs)."""
+"""The benchmark's tables, suites and configuration sets on hand-made rows, and its transformers peer on tiny models."""
 
 import csv
 import json
@@ -10,6 +10,7 @@ from specviz.bench import (
     CONFIG_SETS,
     BenchConfig,
     fastest_runs,
+    hf_assisted_generate,
     markdown,
     peer_table,
     rotations,
@@ -183,3 +184,13 @@ def test_fastest_runs_keeps_each_configurations_least_disturbed_run(monkeypatch)
     assert len(calls) == 6 and calls.count("a") == calls.count("b") == 3
     assert (best["a"]["wall_s"], best["a"]["round"]) == (1.0, 2)
     assert (best["b"]["wall_s"], best["b"]["round"]) == (0.5, 1)
+
+
+def test_the_assisted_generation_peer_is_greedy_generate_with_a_constant_gamma(tiny_target, tiny_draft):
+    from tests.test_engine import PROMPTS, reference
+
+    for prompt in PROMPTS:
+        ids, wall = hf_assisted_generate(tiny_target.model, tiny_draft.model, prompt, 3, 20, [])
+        assert ids == reference(tiny_target, prompt, 20) and wall > 0
+    config = tiny_draft.model.generation_config
+    assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == (3, "constant")

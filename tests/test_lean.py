@@ -10,13 +10,12 @@ from specviz.lean import LeanCachedModel, cached_model, supports_lean
 from specviz.models import LoadedModel, pack_linears
 from specviz.policies import LengthPolicy
 from specviz.sampling import Sampler
-from tests.conftest import tiny_llama
+from tests.conftest import seeded, tiny_llama
 
 
 def _feeds(seed: int) -> list[tuple[list[int], int]]:
     """A prompt, single-token steps, a 4-token verify-like feed and rollbacks of 1 and 5 tokens."""
-    g = torch.Generator().manual_seed(seed)
-    seq = torch.randint(0, 96, (30,), generator=g).tolist()
+    seq = torch.randint(0, 96, (30,), generator=seeded(seed)).tolist()
     feeds = [(seq[:20], 1)]
     for n in range(21, 26):
         feeds.append((seq[:n], 1))
@@ -37,6 +36,7 @@ def test_lean_forward_matches_transformers(dtype, kv_heads):
     assert lean.forwards == hf.forwards and lean.forward_s > 0
 
 
+@pytest.mark.skipif(torch.get_default_device().type != "cpu", reason="oneDNN packing is for CPUs")
 def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transformers():
     """What keeps the target exact: the engine's greedy tokens match ``generate`` only if its logits do."""
     lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=6, init_std=0.2, heads=4, kv_heads=2)
@@ -63,7 +63,7 @@ def test_runs_on_one_model_share_its_prepared_layers(tiny_draft):
 
 def test_the_cache_grows_past_its_first_reservation(tiny_draft):
     hf, lean = CachedModel(tiny_draft), LeanCachedModel(tiny_draft)
-    tokens = torch.randint(0, 96, (300,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens = torch.randint(0, 96, (300,), generator=seeded(1)).tolist()
     torch.testing.assert_close(lean.forward(tokens[:250], 2), hf.forward(tokens[:250], 2), atol=1e-5, rtol=0)
     torch.testing.assert_close(lean.forward(tokens, 1), hf.forward(tokens, 1), atol=1e-5, rtol=0)
     assert lean.stack.k.shape[3] >= 300
