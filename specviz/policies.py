@@ -161,6 +161,9 @@ class LengthPolicy:
     def observe(self, event) -> None:
         """Learn from a finished step (a :class:`specviz.engine.StepEvent`)."""
 
+    def observe_target(self, event) -> None:
+        """A step taken without this policy (a plain step, or another drafter's): only the target's timing applies."""
+
     def explain(self) -> dict | None:
         return {"policy": self.name, "gamma": self.gamma}
 
@@ -270,6 +273,9 @@ class OnlinePolicy(LengthPolicy):
     def observe(self, event) -> None:
         file_step(event, self.histories, self.verify)
 
+    def observe_target(self, event) -> None:
+        self.verify.add(record_of(event))
+
     def explain(self) -> dict:
         return self.why
 
@@ -321,6 +327,7 @@ class PerDrafterPolicy(LengthPolicy):
     def __init__(self, make: Callable[[], LengthPolicy]):
         self.make, self.policies = make, {}
         self.current: LengthPolicy | None = None
+        self.seen: list = []  # every step so far, for the target's timing in policies built later
 
     @property
     def name(self) -> str:
@@ -331,12 +338,20 @@ class PerDrafterPolicy(LengthPolicy):
         return self.current.stop_rule if self.current else None
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> int:
-        self.current = self.policies.setdefault(drafter.name, self.make())
+        if drafter.name not in self.policies:
+            self.policies[drafter.name] = self.make()
+            for event in self.seen:
+                self.policies[drafter.name].observe_target(event)
+        self.current = self.policies[drafter.name]
         return self.current.choose(drafter, tokens)
 
     def observe(self, event) -> None:
-        if event.drafter in self.policies:
-            self.policies[event.drafter].observe(event)
+        self.seen.append(event)
+        for name, policy in self.policies.items():  # the target's cost does not depend on who drafted
+            if name == event.drafter:
+                policy.observe(event)
+            else:
+                policy.observe_target(event)
 
     def explain(self) -> dict | None:
         return self.current.explain() if self.current else None

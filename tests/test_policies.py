@@ -16,6 +16,7 @@ from specviz.policies import (
     History,
     OnlinePolicy,
     OnlineSelector,
+    PerDrafterPolicy,
     ProbeSchedule,
     StepRecord,
     VerifyCost,
@@ -274,10 +275,6 @@ def test_selector_is_lossless(tiny_target, tiny_draft):
 
 
 def test_per_drafter_policy_learns_each_drafter_separately():
-    from types import SimpleNamespace
-
-    from specviz.policies import FSMPolicy, PerDrafterPolicy
-
     policy = PerDrafterPolicy(lambda: FSMPolicy(4))
     a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
     assert policy.choose(a, []) == 4 and policy.choose(b, []) == 4
@@ -285,3 +282,22 @@ def test_per_drafter_policy_learns_each_drafter_separately():
     policy.observe(full)
     assert policy.choose(a, []) == 5 and policy.choose(b, []) == 4  # b never saw a's step
     assert policy.explain()["policy"] == "fsm"
+
+
+def test_per_drafter_online_policies_share_the_targets_timing():
+    """A plain step taken for one drafter (or by the selector) times the target for every drafter's policy,
+    so each does not spend a plain step of its own to learn what the others already measured."""
+    policy = PerDrafterPolicy(lambda: make_policy("online", 3))
+    a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
+    for drafter in (a, b):
+        assert policy.choose(drafter, []) == 3  # no history: the initial γ
+        policy.observe(event(3, 2, drafter=drafter.name))
+    assert policy.choose(a, []) == 0 and policy.explain()["reason"].startswith("timing a plain step")
+    policy.observe(event(0, 0, drafter="a"))
+    assert policy.choose(b, []) > 0  # b learnt the plain cost from a's plain step
+    assert policy.choose(a, []) > 0
+    policy.observe(event(0, 0, drafter="target"))  # the selector's plain step reaches every policy
+    assert all(len(p.verify.plain) == 2 for p in policy.policies.values())
+    c = SimpleNamespace(name="c")
+    policy.choose(c, [])  # a policy built later learns from the steps before it
+    assert len(policy.policies["c"].verify.plain) == 2
