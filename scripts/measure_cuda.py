@@ -21,6 +21,7 @@ import argparse
 import copy
 import csv
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -78,6 +79,12 @@ class Pair:
         return list(decode(target, prompt, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n))
 
     @torch.inference_mode()
+    def top2_margin(self, ids: list[int]) -> float:
+        """How far the target's most likely next token leads the second, in its own dtype's logits."""
+        top = self.target.model(torch.tensor([ids], device=self.target.device)).logits[0, -1].float().topk(2).values
+        return float(top[0] - top[1])
+
+    @torch.inference_mode()
     def generate(self, prompt: list[int], n: int) -> tuple[list[int], float]:
         """transformers' greedy ``generate`` on the target: the reference ids and the wall seconds."""
         ids = torch.tensor([prompt], device=self.target.device)
@@ -105,19 +112,21 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def exactness(pair: Pair, prompts: list[list[int]], n: int, dtype_name: str) -> list[dict]:
-    """Every drafter, γ ∈ {1, 3, 6} and both cache paths (and AR) against ``generate``: prompts matched."""
+def exactness(pair: Pair, prompts: list[list[int]], n: int, dtype_name: str, drafters: list[str], gammas: list[int]) -> list[dict]:
+    """AR and every drafter at every γ, on both cache paths, against ``generate``: prompts matched, and where one
+    differs, the position and the reference's top-2 logit margin there (0.0: a tie at the dtype's precision)."""
     refs = [pair.generate(p, n)[0] for p in prompts]
     rows = []
     for lean in (True, False):
-        for drafter, gamma in [(None, 0)] + [(d, g) for d in DRAFTERS for g in (1, 3, 6)]:
+        for drafter, gamma in [(None, 0)] + [(d, g) for d in drafters for g in gammas]:
             diffs = []
             for prompt, ref in zip(prompts, refs):
                 ids = [t for e in pair.engine(prompt, n, drafter, gamma, lean) for t in e.emitted_ids]
-                diffs.append(first_difference(ids, ref))
+                if (d := first_difference(ids, ref)) is not None:
+                    diffs.append(f"{d} (margin {pair.top2_margin(prompt + ref[:d]):.4f})")
             rows.append({"dtype": dtype_name, "cache": "lean" if lean else "transformers", "drafter": drafter or "ar (no draft)",
-                         "gamma": gamma, "matched": sum(d is None for d in diffs), "prompts": len(prompts),
-                         "first_differences": [d for d in diffs if d is not None]})
+                         "gamma": gamma, "matched": len(prompts) - len(diffs), "prompts": len(prompts),
+                         "first_differences": "; ".join(diffs)})
             print(rows[-1], flush=True)
     return rows
 
@@ -205,14 +214,39 @@ def markdown(rows: list[dict]) -> str:
                       *["| " + " | ".join(cell(r[k]) for k in head) + " |" for r in rows]])
 
 
+def report(args: argparse.Namespace, device: torch.device, exact: list[dict], timed: list[dict]) -> str:
+    machine = (f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}; torch {torch.__version__}, "
+               f"transformers {transformers.__version__}")
+    parts = [f"# The engine on {device.type.upper()}\n\n{machine}. Made by `python scripts/measure_cuda.py {' '.join(sys.argv[1:])}`.\n\n"
+             "Target: a random-initialised Llama of SmolLM2-135M's shape (30 layers, hidden 576, vocabulary 49152). Drafts: "
+             "the bundled draft-s, draft-m and feature head (trained for the real target), the n-gram lookup, and early-4 (the "
+             f"target's first 4 layers under its own norm and head; layers 5-30 have output projections scaled by {LATE_SCALE}). "
+             "Prompts: random token ids. A random target's greedy answer soon repeats itself, so n-gram drafts are accepted "
+             "almost always; acceptance here says nothing about real text.\n"]
+    if exact:
+        parts.append(f"## Greedy exactness against `generate(do_sample=False)`\n\n{args.exact_prompts} prompts (8 to 300 tokens), "
+                     f"{args.exact_tokens} new tokens. `matched` counts prompts whose continuation is token-for-token `generate`'s; "
+                     "`first_differences` gives, for the others, the first differing position and the reference's top-2 "
+                     f"logit margin there.\n\n{markdown(exact)}\n")
+    if timed:
+        parts.append(f"## Speed\n\n{args.prompts} prompts, {args.max_new_tokens} new tokens, greedy, γ = {args.gamma}; configurations "
+                     f"interleaved per prompt in rotated order after a warm-up, each the fastest of {args.repeats} rounds.\n\n"
+                     f"{markdown(summary_rows(timed))}\n\n### Engine against transformers\n\nPer-prompt tok/s ratio of each "
+                     "engine row to its transformers peer (`generate`, or `generate(assistant_model=...)` on the same target, "
+                     f"draft and γ).\n\n{markdown(ratio_rows(timed))}\n")
+    return "\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results/cuda"))
-    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=4, help="0 skips the speed tables")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--exact-prompts", type=int, default=2, help="0 skips the exactness table")
     parser.add_argument("--exact-tokens", type=int, default=32)
-    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--drafters", default=",".join(DRAFTERS), help="for the exactness table")
+    parser.add_argument("--gammas", default="1,3,6", help="for the exactness table")
+    parser.add_argument("--gamma", type=int, default=4, help="for the speed tables")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated, e.g. bfloat16,float32")
     args = parser.parse_args()
@@ -220,33 +254,19 @@ def main() -> None:
     exact, timed = [], []
     for name in args.dtypes.split(","):
         pair = Pair(device, getattr(torch, name))
-        timed += speed(pair, random_prompts(args.prompts, seed=2), args.max_new_tokens, args.gamma, args.repeats, name)
+        if args.prompts:
+            timed += speed(pair, random_prompts(args.prompts, seed=2), args.max_new_tokens, args.gamma, args.repeats, name)
         if args.exact_prompts:
-            exact += exactness(pair, random_prompts(args.exact_prompts, seed=1), args.exact_tokens, name)
+            exact += exactness(pair, random_prompts(args.exact_prompts, seed=1), args.exact_tokens, name,
+                               args.drafters.split(","), [int(g) for g in args.gammas.split(",")])
         del pair
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(timed[0]))
-        writer.writeheader()
-        writer.writerows(timed)
-    machine = (f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'}; torch {torch.__version__}, "
-               f"transformers {transformers.__version__}")
-    exact_md = markdown([{**r, "first_differences": r["first_differences"] or ""} for r in exact]) if exact else "(not run)"
-    args.out.with_suffix(".md").write_text(
-        f"# The engine on {device.type.upper()}\n\n{machine}. Made by `python scripts/measure_cuda.py --out {args.out}`.\n\n"
-        f"Target: a random-initialised Llama of SmolLM2-135M's shape (30 layers, hidden 576, vocabulary 49152). Drafts: "
-        f"the bundled draft-s, draft-m and feature head (trained for the real target), the n-gram lookup, and early-4 (the "
-        f"target's first 4 layers under its own norm and head; layers 5-30 have output projections scaled by {LATE_SCALE}). "
-        "Prompts: random token ids. A random target's greedy answer soon repeats itself, so n-gram drafts are accepted "
-        "almost always; acceptance here says nothing about real text.\n\n"
-        f"## Greedy exactness against `generate(do_sample=False)`\n\n{args.exact_prompts} prompts (8 to 300 tokens), "
-        f"{args.exact_tokens} new tokens. `matched` counts prompts whose continuation is token-for-token `generate`'s; "
-        "`first_differences` gives the first differing position of the others.\n\n"
-        f"{exact_md}\n\n## Speed\n\n{args.prompts} prompts, {args.max_new_tokens} new tokens, greedy, γ = {args.gamma}; "
-        f"configurations interleaved per prompt in rotated order after a warm-up, each the fastest of {args.repeats} rounds.\n\n"
-        f"{markdown(summary_rows(timed))}\n\n### Engine against transformers\n\nPer-prompt tok/s ratio of each engine row "
-        f"to its transformers peer (`generate`, or `generate(assistant_model=...)` on the same target, draft and γ).\n\n"
-        f"{markdown(ratio_rows(timed))}\n")
+    if timed:
+        with open(args.out.with_suffix(".csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(timed[0]))
+            writer.writeheader()
+            writer.writerows(timed)
+    args.out.with_suffix(".md").write_text(report(args, device, exact, timed))
     print(args.out.with_suffix(".md").read_text())
 
 
