@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from specviz.bench import hf_assisted_generate, rotations
+from specviz.bench import hf_assisted_generate, markdown, rotations
 from specviz.cache import CachedModel
 from specviz.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.engine import Clock, StepEvent, decode
@@ -204,14 +204,6 @@ def summary_rows(rows: list[dict]) -> list[dict]:
                     "engine overhead %": 100 * statistics.mean(r["engine_overhead_frac"] for r in rs),
                     "same tokens as hf generate": f"{sum(r['same_tokens_as_hf_ar'] for r in rs)}/{len(rs)}"})
     return out
-
-
-def markdown(rows: list[dict]) -> str:
-    def cell(v):
-        return f"{v:.2f}" if isinstance(v, float) else str(v)
-    head = list(rows[0])
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                      *["| " + " | ".join(cell(r[k]) for k in head) + " |" for r in rows]])
 
 
 def report(args: argparse.Namespace, device: torch.device, exact: list[dict], timed: list[dict]) -> str:

@@ -19,6 +19,7 @@ from specviz.bench import (
     write_results,
 )
 from specviz.config import DecodeConfig
+from tests.test_engine import PROMPTS, reference
 
 NAN = float("nan")
 
@@ -187,8 +188,6 @@ def test_fastest_runs_keeps_each_configurations_least_disturbed_run(monkeypatch)
 
 
 def test_the_assisted_generation_peer_is_greedy_generate_with_a_constant_gamma(tiny_target, tiny_draft):
-    from tests.test_engine import PROMPTS, reference
-
     for prompt in PROMPTS:
         ids, wall = hf_assisted_generate(tiny_target.model, tiny_draft.model, prompt, 3, 20, [])
         assert ids == reference(tiny_target, prompt, 20) and wall > 0
