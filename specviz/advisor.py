@@ -52,12 +52,13 @@ def measure_pairs(preset: str, bank: ModelBank, prompts: list[str], gamma: int, 
                                           if not is_feature_head(Path(src))}}  # a head drafts for the target only
 
     def drafter(name: str) -> Drafter:
-        return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(cached_model(models[name], vocab, full_vocab=False))
+        return NGramDrafter() if name == NGRAM_DRAFT else ModelDrafter(cached_model(models[name], vocab, full_vocab=False, int8=True))
 
     def pair(verifier: str, name: str | None) -> Pair:
         verify, draft, lengths = [], [], []
         for run in runs.values():
-            events = list(decode(cached_model(models[verifier], vocab), run.prompt_ids, drafters=[drafter(name)] if name else [],
+            level = cached_model(models[verifier], vocab, int8=verifier != TARGET)  # a draft verifying, as in a chain
+            events = list(decode(level, run.prompt_ids, drafters=[drafter(name)] if name else [],
                                  policy=LengthPolicy(gamma), sampler=Sampler(), max_new_tokens=max_new_tokens,
                                  stop_ids=run.stop_ids))
             levels = run_theory(events)["levels"]

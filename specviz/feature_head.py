@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from .cache import CachedModel
 from .drafters import Draft, Drafter, StopRule, level_record
-from .lean import LeanStack, lean_layers
+from .lean import LeanStack, built_once, int8_kernels, int8_linear, lean_layers, quantize_rows, vocab_head
 from .models import DRAFT_VOCAB_FILE, ModelLoadError, first_line, read_draft_vocab
 from .sampling import Sampler
 
@@ -64,12 +64,11 @@ def quantize(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     its row's largest."""
     out = {}
     for name, w in weights.items():
-        w = w.detach().float()
         if w.dim() == 2:
-            scale = w.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127
-            out[name], out[name + ".scale"] = (w / scale).round().to(torch.int8).contiguous(), scale.contiguous()
+            out[name], scale = quantize_rows(w)
+            out[name + ".scale"] = scale[:, None]
         else:
-            out[name] = w.contiguous()
+            out[name] = w.detach().float().contiguous()
     return out
 
 
@@ -134,12 +133,13 @@ class FeatureDrafter(Drafter):
             raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
         target.keep_features = True
         lm = target.lm.model
-        self.embed, self.fc = lm.model.embed_tokens.weight, head.fc
+        self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
         self.vocab_ids = torch.tensor(ids, device=self.embed.device)
-        self.dtype = self.fc.weight.dtype
-        self.rows = lm.lm_head.weight[self.vocab_ids].to(self.dtype).contiguous()
-        self.stack = LeanStack(lean_layers(head, [head.layer]), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
+        int8 = int8_kernels(self.dtype, self.embed.device)
+        self.fc = built_once(head, ("fc", self.dtype, int8), lambda: int8_linear(head.fc.weight) if int8 else head.fc)
+        self.score = vocab_head(lm, ids, self.dtype, int8)
+        self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
         self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
 
     def _run(self, states: torch.Tensor, next_ids: list[int], start: int) -> torch.Tensor:
@@ -169,7 +169,7 @@ class FeatureDrafter(Drafter):
         forwards, ids, qs = self.timer.forwards, [], []
         state = self._catch_up(tokens, n) if gamma > 0 else None
         while state is not None and len(ids) < gamma:
-            scores = F.linear(state, self.rows).float()
+            scores = self.score(state).float()
             logits = scores.new_full((1, self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)[0]
             q = sampler.probs(logits)
             if stop is not None and stop(q):

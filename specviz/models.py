@@ -171,13 +171,17 @@ def _offline() -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """A CPU linear layer whose fp32 weight is also kept reordered into oneDNN's blocked layout, once.
+    """A CPU fp32 linear layer with the kernel that measured fastest for the number of rows it is given.
 
-    With its default (MKL) path, a 2-8 token forward of the offline target costs 1.4-2x a 1-token one, so
-    verifying a draft costs far more than a plain step; with the prepacked weight it costs 1.1-1.25x and
-    the 1-token step itself is a little faster (``scripts/measure_linear_kernels.py``). The results differ
-    from the default kernel by rounding only (~1e-4 in the logits). ``weight`` stays the module's
-    parameter (tied weights stay tied); an input of another dtype, after a ``.to()``, uses it directly."""
+    Up to :attr:`narrow_rows` rows (a plain step, or a verify with γ <= 3) it is MKL's GEMM with the weight as
+    the left operand and the rows, padded to an even count, as 2 or 4 columns: on a 2-core CPU that costs
+    about as much for 4 rows as for 2, and less than any 1-row kernel. More rows (prefill, long verifies) use
+    the weight reordered once into oneDNN's blocked layout; transformers' default (MKL ``x @ W.T``) costs
+    1.4-2x more at 2-8 rows. ``scripts/measure_linear_kernels.py`` times all three. The kernels differ from
+    the default by rounding only (~1e-4 in the logits). ``weight`` stays the module's parameter (tied weights
+    stay tied); an input of another dtype, after a ``.to()``, uses it directly."""
+
+    narrow_rows = 4
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -188,7 +192,15 @@ class PackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or self.weight.dtype != torch.float32:
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        y = torch._C._nn.mkldnn_linear(x.reshape(-1, self.in_features).to_mkldnn(), self.packed, None).to_dense()
+        rows = x.reshape(-1, self.in_features)
+        n = rows.shape[0]
+        if n <= self.narrow_rows:
+            # cat always copies: MKL's fast path wants the columns in a fresh contiguous buffer, and the
+            # output is made contiguous so the next layer's input is too (strided inputs take a slow path).
+            columns = torch.cat([rows, rows[: n % 2]]).t()
+            y = torch.mm(self.weight, columns).t()[:n].contiguous()
+        else:
+            y = torch._C._nn.mkldnn_linear(rows.to_mkldnn(), self.packed, None).to_dense()
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 

@@ -159,7 +159,7 @@ def make_drafter(name: str, draft_models: dict[str, LoadedModel], heads: dict[st
         head, draft_vocab = heads[name]
         return FeatureDrafter(head, target, None if full_vocab else draft_vocab, name)
     if name in draft_models:
-        return ModelDrafter(cached_model(draft_models[name], target.vocab_size, full_vocab))
+        return ModelDrafter(cached_model(draft_models[name], target.vocab_size, full_vocab, int8=True))
     return NGramDrafter()
 
 

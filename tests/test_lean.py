@@ -6,11 +6,12 @@ import torch
 from specviz.cache import CachedModel
 from specviz.drafters import ModelDrafter
 from specviz.engine import decode
-from specviz.lean import LeanCachedModel, cached_model, supports_lean
+from specviz.lean import LeanCachedModel, cached_model, int8_kernels, int8_linear, quantize_rows, supports_lean
 from specviz.models import LoadedModel, pack_linears
 from specviz.policies import LengthPolicy
 from specviz.sampling import Sampler
 from tests.conftest import seeded, tiny_llama
+from tests.test_engine import reference
 
 
 def _feeds(seed: int) -> list[tuple[list[int], int]]:
@@ -129,3 +130,27 @@ def test_unsupported_architectures_keep_the_transformers_forward(tiny_draft):
         assert not supports_lean(tiny_draft) and type(cached_model(tiny_draft)) is CachedModel
     finally:
         tiny_draft.model.config.attention_bias = False
+
+
+def test_int8_kernels_multiply_by_weights_quantized_per_row():
+    weight = torch.randn(40, 64, generator=seeded(2))
+    q, scale = quantize_rows(weight)
+    assert q.dtype == torch.int8 and ((q.float() * scale[:, None] - weight).abs() <= weight.abs().amax(1, keepdim=True) / 254 + 1e-6).all()
+    x = torch.randn(3, 5, 64, generator=seeded(3)).bfloat16()
+    expected = x.float() @ (q.float() * scale[:, None]).t()
+    torch.testing.assert_close(int8_linear(weight.bfloat16())(x).float(), expected, atol=0.15, rtol=0.02)
+    assert not int8_kernels(torch.float32, torch.device("cpu")) and not int8_kernels(torch.bfloat16, torch.device("cuda"))
+
+
+@pytest.mark.skipif(not int8_kernels(torch.bfloat16, torch.device("cpu")), reason="no weight-only int8 kernel in this torch")
+def test_an_int8_bf16_draft_stays_close_to_its_weights_and_lossless(tiny_target):
+    lm = tiny_llama(vocab=96, hidden=32, layers=1, seed=8, init_std=0.2)
+    lm.model.to(torch.bfloat16)
+    dense, quantized = LeanCachedModel(lm), cached_model(lm, int8=True)
+    assert quantized.stack.layers is not dense.stack.layers and cached_model(lm).stack.layers is dense.stack.layers
+    tokens = list(range(3, 40))
+    torch.testing.assert_close(quantized.forward(tokens, 4).float(), dense.forward(tokens, 4).float(), atol=0.1, rtol=0.05)
+    prompt = [5, 17, 33, 2, 60, 41]
+    events = list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(cached_model(lm, int8=True))],
+                         policy=LengthPolicy(4), max_new_tokens=24))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)

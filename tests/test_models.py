@@ -137,6 +137,23 @@ def test_bank_keeps_one_copy_per_dtype(monkeypatch):
     assert a is b and a is not c and loads == [torch.float32, torch.bfloat16]
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_matches_the_default_kernel_for_every_row_count(rows, bias):
+    import torch
+
+    torch.manual_seed(rows)
+    linear = torch.nn.Linear(48, 80, bias=bias)
+    packed = PackedLinear(linear)
+    x = torch.randn(1, rows, 64)[..., 8:56]  # a strided view, like a slice of a model's states
+    with torch.inference_mode():
+        y = packed(x)
+        assert y.shape == (1, rows, 80) and y.is_contiguous()  # the next layer's input takes the fast path
+        assert torch.allclose(y, linear(x), atol=1e-5)
+        packed.narrow_rows = 0  # the oneDNN kernel alone
+        assert torch.allclose(packed(x), linear(x), atol=1e-5)
+
+
 def test_packed_linears_round_like_the_default_kernel_and_stay_lossless():
     import torch
 
