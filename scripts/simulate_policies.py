@@ -62,7 +62,8 @@ def record() -> None:
 
 
 def cost_model(csv: Path = Path("results/policies.csv")) -> dict:
-    """Per-step milliseconds fitted by least squares over the fixed-γ rows: verify(γ), draft(γ), and a plain step."""
+    """Per-step milliseconds from the fixed-γ rows: verify at each γ measured (with a least-squares line for longer
+    verifies; a CPU's verify cost can jump where the matrix kernel changes), draft(γ) as a line, and a plain step."""
     d = pd.read_csv(csv)
     d["steps"] = d.new_tokens / d.mean_accept_len
     g = d.groupby("config")[["steps", "draft_ms", "verify_ms"]].sum()
@@ -73,8 +74,14 @@ def cost_model(csv: Path = Path("results/policies.csv")) -> dict:
         A = torch.stack([torch.ones_like(gammas), gammas], 1)
         return torch.linalg.lstsq(A, torch.tensor(y.values, dtype=torch.float32)[:, None]).solution[:, 0].tolist()
 
-    return {"verify": line(fixed.verify_ms / fixed.steps), "draft": line(fixed.draft_ms / fixed.steps),
-            "plain": float(g.loc["ar", "verify_ms"] / g.loc["ar", "steps"])}
+    verify = fixed.verify_ms / fixed.steps
+    return {"verify": dict(zip((int(x) for x in gammas.tolist()), verify.tolist())), "verify_line": line(verify),
+            "draft": line(fixed.draft_ms / fixed.steps), "plain": float(g.loc["ar", "verify_ms"] / g.loc["ar", "steps"])}
+
+
+def verify_ms(cost: dict, gamma: int) -> float:
+    intercept, slope = cost["verify_line"]
+    return cost["verify"].get(gamma, intercept + slope * gamma)
 
 
 def drafted(policy, gamma: int, top_q: list[float]) -> tuple[int, int]:
@@ -98,7 +105,7 @@ def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int,
         if gamma == 0:
             verify, accepted = cost["plain"] * jitter, 0
         else:
-            verify = (cost["verify"][0] + cost["verify"][1] * gamma) * jitter
+            verify = verify_ms(cost, gamma) * jitter
             accepted = min(gamma, lengths[pos])
         emitted = min(accepted + 1, len(answer) - pos)
         policy.observe(SimpleNamespace(draft_ids=[0] * gamma, accepted=accepted, draft_ms=draft, verify_ms=verify,
@@ -156,7 +163,9 @@ def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) 
 
     lines = [f"# Length policies replayed on recorded match lengths (feature head, {len(rows)} prompts, {NEW_TOKENS} tokens)", "",
              "`scripts/simulate_policies.py replay`; cost model (ms per step, fitted to `results/policies.csv`): "
-             f"verify {cost['verify'][0]:.1f} + {cost['verify'][1]:.2f}·γ, draft {cost['draft'][0]:.2f} + {cost['draft'][1]:.2f}"
+             f"verify {', '.join(f'{v:.1f}' for v in cost['verify'].values())} at γ = {', '.join(map(str, cost['verify']))} "
+             f"(longer: {cost['verify_line'][0]:.1f} + {cost['verify_line'][1]:.2f}·γ), "
+             f"draft {cost['draft'][0]:.2f} + {cost['draft'][1]:.2f}"
              f"·(drafts computed), plain step {cost['plain']:.1f}; timings jittered by {noise:.0%}.", "",
              f"Best fixed γ (median per prompt): {best}.", "",
              "| policy | tokens/step | vs best fixed γ (median per prompt) | vs best fixed γ (summed) "

@@ -42,7 +42,7 @@ class BenchConfig:
     quality: bool = False  # also score the output: the target's log-likelihood of it
 
 
-def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
+def standard_configs(max_new_tokens: int, gamma: int = 3) -> list[BenchConfig]:
     """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head),
     transformers' assisted generation on the same draft models, and the same target in bfloat16 (faster where the
     CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
@@ -56,7 +56,7 @@ def standard_configs(max_new_tokens: int, gamma: int = 4) -> list[BenchConfig]:
         BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
         BenchConfig(f"sd head γ={gamma}", sd("head")),
-        BenchConfig("sd head γ=3", DecodeConfig(method="sd", draft="head", gamma=3, max_new_tokens=max_new_tokens)),
+        BenchConfig("sd head γ=2", DecodeConfig(method="sd", draft="head", gamma=2, max_new_tokens=max_new_tokens)),
         BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
         BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),

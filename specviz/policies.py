@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .drafters import Drafter, StopRule, lookup_continuation
 
@@ -78,12 +78,14 @@ class History:
         return sum(s.draft_ms for s in steps) / sum(s.gamma for s in steps) if steps else None
 
     def verify_model(self) -> VerifyCost | None:
-        """b_p(γ): plain steps (γ = 0) timed on their own; drafted steps fitted by a line in γ.
+        """b_p(γ): plain steps (γ = 0) timed on their own; each γ the window has drafted at, its mean verify
+        time; other γ from a line fitted through the drafted steps.
 
-        On a CPU a 1-token forward runs a different matrix kernel from a multi-token one and costs well
-        under a 2-token verify, so one line through both would make drafting look cheaper than it is.
-        Plain steps are kept apart from the window of ``h`` steps, so a run of drafted steps does not
-        forget what a plain step costs."""
+        Verify cost is not a line in γ on every machine: on a CPU the matrix kernel changes with the number
+        of tokens (the offline target verifies up to 4 tokens on one about as cheap as a plain step, and 5 or
+        more on one that costs half as much again), so a γ once measured keeps its own cost. Plain steps are
+        kept apart from the window of ``h`` steps, so a run of drafted steps does not forget what a plain step
+        costs."""
         steps = self.drafted()
         if not steps:
             plain = self.plain_ms()
@@ -93,7 +95,11 @@ class History:
         g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
         spread = sum((x - g_mean) ** 2 for x in g)
         slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
-        return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope)
+        by_gamma: dict[int, list[float]] = defaultdict(list)
+        for s in steps:
+            by_gamma[s.gamma].append(s.verify_ms)
+        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(by_gamma.items())}
+        return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope, measured)
 
     def plain_ms(self) -> float | None:
         return sum(self.plain) / len(self.plain) if self.plain else None
@@ -102,16 +108,28 @@ class History:
 @dataclass(frozen=True)
 class VerifyCost:
     """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet,
-    then the drafted line is extrapolated), ``intercept + slope·γ`` for a verify of γ drafted tokens."""
+    then the drafted line is extrapolated); for a verify of γ drafted tokens, the ``measured`` mean at that γ
+    if there is one. An unmeasured γ below the longest measured one costs what the nearest shorter measured
+    verify (or the plain step) costs: cost never falls with γ, so that is a lower bound, and an optimistic one
+    gets tried and measured, where a line through a kernel step would price it out for good. Beyond the
+    longest measured γ, ``intercept + slope·γ``, and no less than that longest one."""
 
     plain: float | None
     intercept: float
     slope: float
+    measured: dict[int, float] = field(default_factory=dict)
 
     def __call__(self, gamma: int) -> float:
         if gamma == 0 and self.plain is not None:
             return self.plain
-        return self.intercept + self.slope * gamma
+        if gamma in self.measured:
+            return self.measured[gamma]
+        known = sorted(self.measured.items()) if self.plain is None else [(0, self.plain), *sorted(self.measured.items())]
+        below, longer = [c for g, c in known if g < gamma], any(g > gamma for g in self.measured)
+        if below and longer:
+            return below[-1]
+        line = self.intercept + self.slope * gamma
+        return max(line, below[-1]) if below else min(line, *(c for g, c in known if g > gamma)) if longer else line
 
 
 class ProbeSchedule:

@@ -85,8 +85,39 @@ def test_verify_model_fits_a_line_through_drafted_steps_and_times_plain_ones_apa
         hist.add(StepRecord(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
     cost = hist.verify_model()
     assert cost.plain == 25.0 and cost.intercept == pytest.approx(40) and cost.slope == pytest.approx(3)
-    assert cost(0) == 25.0 and cost(2) == pytest.approx(46)
+    assert cost(0) == 25.0 and cost(2) == pytest.approx(46) and cost(6) == pytest.approx(58)
     assert hist.acceptance() == 0.0 and len(hist.drafted()) == 4
+
+
+def test_a_measured_gamma_keeps_its_own_verify_cost_where_the_line_would_miss_a_kernel_step():
+    hist = History(h=8)
+    for g in (1, 2, 3, 1, 2, 3, 4):  # cheap up to γ = 3, then a slower kernel
+        hist.add(StepRecord(g, 0, 1.0, 30.0 if g == 4 else 20.0 + 0.5 * g, 1, 0.0))
+    cost = hist.verify_model()
+    assert cost(3) == pytest.approx(21.5) and cost(4) == pytest.approx(30.0)
+    assert cost(6) == pytest.approx(cost.intercept + 6 * cost.slope) and cost(6) > 30.0
+    # acceptance 0.85, 0.5 ms per draft: the line alone rates γ = 5 best; the measured costs keep γ = 3
+    rates = predicted_rates(0.85, 0.5, cost, 6, 1)
+    line = predicted_rates(0.85, 0.5, VerifyCost(None, cost.intercept, cost.slope), 6, 1)
+    assert max(rates, key=rates.get) == 3 and max(line, key=line.get) == 5
+
+
+def test_an_unmeasured_short_gamma_is_priced_at_the_nearest_shorter_verify_so_it_gets_tried():
+    hist = History(h=8)
+    hist.add(StepRecord(0, 0, 0.0, 20.0, 1, 20.0))
+    for g in (4, 4, 5, 4, 5, 4):  # only long, slow verifies so far: the line through them puts γ = 3 at 26 ms
+        hist.add(StepRecord(g, 0, 1.0, 30.0 + 4 * (g - 4), 1, 0.0))
+    cost = hist.verify_model()
+    assert cost.intercept + cost.slope == pytest.approx(18.0) and cost.intercept + 3 * cost.slope == pytest.approx(26.0)
+    assert cost(1) == cost(3) == 20.0 and cost(4) == 30.0 and cost(6) == pytest.approx(38.0)
+    assert max(predicted_rates(0.5, 0.5, cost, 6, 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
+    hist.add(StepRecord(3, 0, 1.0, 21.0, 1, 0.0))
+    assert hist.verify_model()(2) == 20.0 and hist.verify_model()(3) == 21.0
+    no_plain = History(h=8)
+    for g in (3, 6):
+        no_plain.add(StepRecord(g, 0, 1.0, 20.0 + 5 * g, 1, 0.0))
+    assert no_plain.verify_model()(1) == pytest.approx(25.0)  # nothing shorter known: the line, capped by γ = 3's cost
+    assert no_plain.verify_model()(2) == pytest.approx(30.0) and no_plain.verify_model()(4) == 35.0
 
 
 def test_online_policy_picks_zero_then_probes():
@@ -109,7 +140,8 @@ def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is
     assert policy.choose(DRAFTER, []) == 0 and policy.explain()["reason"].startswith("timing")
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))  # a plain step, whoever would have drafted
     assert policy.choose(DRAFTER, []) >= 6
-    assert policy.explain()["b_p_ms"]["0"] == 39.0 and policy.explain()["b_p_ms"]["1"] == 40.0
+    b_p = policy.explain()["b_p_ms"]
+    assert b_p["0"] == b_p["1"] == 39.0 and b_p["2"] == b_p["10"] == 40.0  # γ = 1 at the plain step's cost until tried
 
 
 def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_the_pure_mle():
@@ -134,6 +166,8 @@ def test_online_policy_stops_drafting_when_a_verify_costs_more_than_the_accepted
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))
     for v in (1, 0, 0, 1, 0, 0, 0, 1):
         policy.observe(event(2, v, draft_ms=1.0, verify_ms=62.0))
+    assert policy.choose(DRAFTER, []) == 1  # γ = 1 is not measured yet, and might cost no more than a plain step
+    policy.observe(event(1, 0, draft_ms=1.0, verify_ms=62.0))
     assert policy.choose(DRAFTER, []) == 0
 
 
@@ -226,7 +260,7 @@ def test_selector_pools_the_verify_cost_over_drafters():
     sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
     sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
     sel.observe(event(4, 0, verify_ms=40.0, drafter="b"))
-    assert sel.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0))
+    assert sel.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0), {2: 30.0, 4: 40.0})
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     assert sel.choose([a, b], []).name == "a" and sel.explain()["acc"] == {"a": 0.95, "b": 0.0}
