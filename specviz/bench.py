@@ -71,8 +71,9 @@ SELECT_CANDIDATES = ("head", "draft-m", "ngram")
 
 
 def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig]:
-    """Every γ policy and fixed γ ∈ 1..8 with one draft (draft selection is the ``selection`` set)."""
-    def sd(policy: str, gamma: int = 4) -> DecodeConfig:
+    """Every γ policy and fixed γ ∈ 1..8 with one draft (draft selection is the ``selection`` set); adaptive
+    policies start from the default γ."""
+    def sd(policy: str, gamma: int = DecodeConfig.gamma) -> DecodeConfig:
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
 
     fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]

@@ -29,7 +29,7 @@ class DecodeConfig:
     chain: list[str] = field(default_factory=list)
     level_gamma: int = 4
     select: list[str] = field(default_factory=list)
-    gamma: int = 4
+    gamma: int = 3  # the longest verify that runs on the fast narrow kernel on CPU (see models.PackedLinear)
     gamma_policy: str = "fixed"
     accept: str = "exact"
     judge_threshold: float = 0.5

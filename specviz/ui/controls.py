@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from .. import config as engine_config
-from ..config import MAX_GAMMA, ConfigError
+from ..config import MAX_GAMMA, ConfigError, DecodeConfig
 from ..models import PRESETS, ModelLoadError, resolve_draft, resolve_preset
 from ..suites import load_suite
 from .bank import default_draft, default_preset, draft_choices
@@ -158,7 +158,7 @@ def decode_controls(preset: str | None = None, max_new_tokens: int = 64) -> Deco
     method = gr.Radio([("speculative (sd)", "sd"), ("autoregressive (ar)", "ar")], value="sd", label="Method", elem_id="explore-method")
     draft = gr.Dropdown(draft_choices(preset), value=default_draft(preset), label="Draft", allow_custom_value=True,
                         info="A draft of the preset, 'ngram', a hub id or a local directory", elem_id="explore-draft")
-    gamma = gr.Slider(1, MAX_GAMMA, value=4, step=1, label="γ (tokens drafted per step; initial γ for adaptive policies)",
+    gamma = gr.Slider(1, MAX_GAMMA, value=DecodeConfig.gamma, step=1, label="γ (tokens drafted per step; initial γ for adaptive policies)",
                       elem_id="explore-gamma")
     gamma_policy = gr.Dropdown(GAMMA_POLICY_CHOICES, value="fixed", label="γ policy", elem_id="explore-gamma-policy")
     accept = gr.Dropdown(ACCEPT_CHOICES, value="exact", label="Acceptance rule", elem_id="explore-accept")
