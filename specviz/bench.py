@@ -91,7 +91,7 @@ def selection_configs(max_new_tokens: int) -> list[BenchConfig]:
             BenchConfig(f"online + select({', '.join(SELECT_CANDIDATES)})", online(select=list(SELECT_CANDIDATES)))]
 
 
-def chain_configs(max_new_tokens: int, mu: int = 4, level_gamma: int = 3) -> list[BenchConfig]:
+def chain_configs(max_new_tokens: int, mu: int = DecodeConfig.gamma, level_gamma: int = 3) -> list[BenchConfig]:
     """AR, plain SD with each draft, and 3- and 4-level chains; ``extra["base"]`` names the row the chain
     extends by one inserted level, for Theorem 3.2's verdict."""
     def sd(draft: str) -> DecodeConfig:
