@@ -107,7 +107,7 @@ def measured_tokens_per_s(preset: str, chain: list[str], prompts: list[str], ban
     return statistics.median(rates)
 
 
-def advise(preset: str, n_prompts: int = 3, gamma: int = 4, max_new_tokens: int = 48, top: int = 3) -> list[dict]:
+def advise(preset: str, n_prompts: int = 3, gamma: int = DecodeConfig.gamma, max_new_tokens: int = 48, top: int = 3) -> list[dict]:
     """Rank every chain by predicted decode tok/s, then measure the top ones, the best two-model SD and AR."""
     bank = ModelBank()
     prompts = [item["prompt"] for item in load_suite("all", 1)[:n_prompts]]

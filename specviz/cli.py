@@ -79,7 +79,7 @@ def build_parser() -> Parser:
     c = sub.add_parser("chain-advisor", help="measure the preset's models, rank chains by Lemma 3.1, run the best")
     c.add_argument("--preset", default=OFFLINE_PRESET)
     c.add_argument("--prompts", type=int, default=3, help="prompts to measure on (one per category)")
-    c.add_argument("--gamma", type=int, default=4, help="draft length of every level")
+    c.add_argument("--gamma", type=int, default=DecodeConfig.gamma, help="draft length of every level")
     c.add_argument("--max-new-tokens", type=int, default=48)
     c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run")
     f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")
