@@ -137,7 +137,7 @@ class FeatureDrafter(Drafter):
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
         self.vocab_ids = torch.tensor(ids, device=self.embed.device)
         int8 = int8_kernels(self.dtype, self.embed.device)
-        self.fc = built_once(head, ("fc", self.dtype, int8), lambda: int8_linear(head.fc.weight) if int8 else head.fc)
+        self.fc = built_once(head, ("fc", self.dtype, self.embed.device), lambda: int8_linear(head.fc.weight)) if int8 else head.fc
         self.score = vocab_head(lm, ids, self.dtype, int8)
         self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
         self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]

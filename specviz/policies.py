@@ -125,11 +125,11 @@ class VerifyCost:
         if gamma in self.measured:
             return self.measured[gamma]
         known = sorted(self.measured.items()) if self.plain is None else [(0, self.plain), *sorted(self.measured.items())]
-        below, longer = [c for g, c in known if g < gamma], any(g > gamma for g in self.measured)
-        if below and longer:
+        below, above = [c for g, c in known if g < gamma], [c for g, c in known if g > gamma]
+        if below and above:
             return below[-1]
         line = self.intercept + self.slope * gamma
-        return max(line, below[-1]) if below else min(line, *(c for g, c in known if g > gamma)) if longer else line
+        return max(line, below[-1]) if below else min([line, *above])
 
 
 class ProbeSchedule:
