@@ -107,13 +107,12 @@ class History:
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not timed yet, then it
-    is priced at the cheapest measured verify, an upper bound, so a plain step is only taken, and timed, when it
-    wins even at that price); for a verify of γ drafted tokens, the ``measured`` mean at that γ if there is
-    one. An unmeasured γ below the longest measured one costs what the nearest shorter measured verify (or the
-    plain step) costs: cost never falls with γ, so that is a lower bound, and an optimistic one gets tried and
-    measured, where a line through a kernel step would price it out for good. Beyond the longest measured γ,
-    ``intercept + slope·γ``, and no less than that longest one."""
+    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet,
+    then the drafted line is extrapolated); for a verify of γ drafted tokens, the ``measured`` mean at that γ
+    if there is one. An unmeasured γ below the longest measured one costs what the nearest shorter measured
+    verify (or the plain step) costs: cost never falls with γ, so that is a lower bound, and an optimistic one
+    gets tried and measured, where a line through a kernel step would price it out for good. Beyond the
+    longest measured γ, ``intercept + slope·γ``, and no less than that longest one."""
 
     plain: float | None
     intercept: float
@@ -121,8 +120,8 @@ class VerifyCost:
     measured: dict[int, float] = field(default_factory=dict)
 
     def __call__(self, gamma: int) -> float:
-        if gamma == 0:
-            return self.plain if self.plain is not None else min(self.measured.values(), default=self.intercept)
+        if gamma == 0 and self.plain is not None:
+            return self.plain
         if gamma in self.measured:
             return self.measured[gamma]
         known = sorted(self.measured.items()) if self.plain is None else [(0, self.plain), *sorted(self.measured.items())]
@@ -251,9 +250,8 @@ class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
     model (a_q per draft token; b_p(γ) fitted linearly over drafted steps, plain steps timed apart, see
     :meth:`History.verify_model`) and the γ ∈ 0..γ_max maximising predicted tokens per second; γ = 0 is a
-    plain target step, priced at the cheapest verify until one is timed (an upper bound: no step is spent
-    only to time it, which with a good draft emits one token where a drafted step emits two). While γ* = 0 it
-    probes γ = 1 on a :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover.
+    plain target step, taken once early to time it. While γ* = 0 it probes γ = 1 on a
+    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover.
 
     The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
     censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
@@ -279,7 +277,9 @@ class OnlinePolicy(LengthPolicy):
         rates = predicted_rates(acc, a_q, b_p, self.gamma_max)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
-        if best > 0:
+        if b_p.plain is None:
+            best, reason = 0, "timing a plain step: γ = 0 not measured yet"
+        elif best > 0:
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = 1, "probe: γ* = 0 for a while"
@@ -401,8 +401,8 @@ class OnlineSelector(FirstDraft):
     known once it has drafted. A drafter that has not drafted yet is explored only while it could still win:
     at its prior acceptance (Acc_max without one) and free drafting, its best rate must reach the best
     predicted rate of the drafters already measured (this is re-checked every step, so a drafter skipped
-    early is tried once the others falter). When no drafter's best predicted rate beats a plain target step
-    (priced at the cheapest verify until one is timed), the step is plain (``choose`` returns None), except on a
+    early is tried once the others falter). Then one plain step is taken, if none was yet, to time it. When no drafter's
+    best predicted rate beats a plain target step, the step is plain (``choose`` returns None), except on a
     :class:`ProbeSchedule` (first after ``probe`` such steps), which lets the best drafter try again."""
 
     name = "online-select"
@@ -450,8 +450,8 @@ class OnlineSelector(FirstDraft):
             self.why.update(drafter=fresh[0].name, reason="exploring: too little history")
             return fresh[0]
         b_p = self.verify.verify_model()
-        if b_p is None:  # only without exploration: nothing timed, nothing to compare
-            self.why.update(drafter=None, reason="nothing timed yet: plain step")
+        if b_p is None or b_p.plain is None:
+            self.why.update(drafter=None, reason="timing a plain step: not measured yet")
             return None
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
