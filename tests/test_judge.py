@@ -291,7 +291,7 @@ def _cli(*argv):
     return run(ap.parse_args(["judge", *argv]))
 
 
-def test_cli_train_and_eval_on_saved_features(tmp_path, capsys):
+def test_cli_train_and_eval_on_saved_features(tmp_path):
     X, y = _separable(600, 3)
     feats = {"X": X, "y": y, "item": torch.arange(600) // 20, "split": ["train"] * 400 + ["heldout"] * 200,
              "item_ids": [str(i) for i in range(30)], "categories": ["c"] * 30, "target": "toy", "hidden_size": 10,

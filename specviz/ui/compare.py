@@ -36,7 +36,6 @@ MAX_CONFIGS = 4
 WARMUP_TOKENS = 4
 CHART_EVERY_S = 0.75
 COLUMNS_EVERY_S = 0.15
-N_OUTPUTS = 8  # status, columns, race, metrics, replay, csv, json, session
 METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speedup vs AR", "mean accepted len", "accept rate",
                   "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
 EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"

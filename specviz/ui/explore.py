@@ -40,7 +40,6 @@ from .trace import STEP_COLUMNS, TraceBuilder, cumulative
 TOKENS_EVERY_S = 0.25
 CHARTS_EVERY_S = 1.5
 AR_LABEL = "autoregressive (AR baseline)"
-N_OUTPUTS = 7  # status, headline, tokens, race, dynamics, table, session
 PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one marked span per token: hover a token for its step, '
                'p (target), q (draft) and judge score.</span>')
 

@@ -123,10 +123,6 @@ def status_html(message: str, level: str = "info") -> str:
     return f'<div class="sv-status sv-status-{level}"{role}><b>{icon}</b> {html.escape(message)}</div>'
 
 
-def error_html(message: str) -> str:
-    return status_html(message, "error")
-
-
 @dataclass(frozen=True)
 class Headline:
     """Big numbers above the charts; ``None`` means 'not measured (yet)'."""
