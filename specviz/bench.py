@@ -42,7 +42,7 @@ class BenchConfig:
     quality: bool = False  # also score the output: the target's log-likelihood of it
 
 
-def standard_configs(max_new_tokens: int, gamma: int = 3) -> list[BenchConfig]:
+def standard_configs(max_new_tokens: int, gamma: int = DecodeConfig.gamma) -> list[BenchConfig]:
     """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head),
     transformers' assisted generation on the same draft models, and the same target in bfloat16 (faster where the
     CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
