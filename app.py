@@ -8,7 +8,7 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from specviz.ui import build_app, launch  # noqa: E402
+from specviz.ui.app import build_app, launch  # noqa: E402
 
 demo = build_app()
 

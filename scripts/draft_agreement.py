@@ -17,10 +17,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from specviz.feature_head import is_feature_head, load_head
-from specviz.models import ASSETS, GGUF_SOURCE, load_model, load_tokenizer
-from specviz.suites import load_suite
-from specviz.train import load_data, split_heldout, without_evaluation_prompts
+from specviz.analysis.suites import load_suite
+from specviz.methods.feature_head import is_feature_head, load_head
+from specviz.models.loading import load_model, load_tokenizer
+from specviz.models.paths import ASSETS
+from specviz.models.presets import GGUF_SOURCE
+from specviz.training.drafts import load_data, split_heldout, without_evaluation_prompts
 
 DEFAULT = [ASSETS / "models" / name for name in ("smollm2-draft-s", "smollm2-draft-m", "smollm2-head")]
 

@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from specviz.config import DecodeConfig  # noqa: E402
-from specviz.judge import JudgeHead, default_head_path  # noqa: E402
-from specviz.runner import ModelBank, prepare  # noqa: E402
+from specviz.methods.judge import JudgeHead, default_head_path  # noqa: E402
+from specviz.runtime.bank import ModelBank
+from specviz.runtime.config import DecodeConfig  # noqa: E402
+from specviz.runtime.prepare import prepare  # noqa: E402
 
 REPEATS, GAMMA = 200, 4
 

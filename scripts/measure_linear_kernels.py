@@ -19,9 +19,11 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from specviz.bench import describe_machine
-from specviz.models import GGUF_SOURCE, PackedLinear, load_model, unpack_linears
-from specviz.runner import ModelBank
+from specviz.bench.harness import describe_machine
+from specviz.models.backends.cpu import PackedLinear, unpack_linears
+from specviz.models.loading import load_model
+from specviz.models.presets import GGUF_SOURCE
+from specviz.runtime.bank import ModelBank
 
 SIZES = (1, 2, 3, 4, 5, 8, 11)
 SHIPPED = "narrow ≤ 4 rows, else oneDNN-packed"

@@ -14,10 +14,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
-from specviz.config import DecodeConfig  # noqa: E402
-from specviz.metrics import summarize  # noqa: E402
-from specviz.runner import prepare  # noqa: E402
-from specviz.ui import build_app, launch  # noqa: E402
+from specviz.core.metrics import summarize  # noqa: E402
+from specviz.runtime.config import DecodeConfig  # noqa: E402
+from specviz.runtime.prepare import prepare  # noqa: E402
+from specviz.ui.app import build_app, launch  # noqa: E402
 from specviz.ui.bank import shared_models  # noqa: E402
 
 PROMPT = "Write a Python function called is_even that returns True if a number is even and False otherwise."

@@ -28,8 +28,8 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
-from specviz.config import DecodeConfig
-from specviz.policies import POLICIES, ConfidencePolicy, LengthPolicy, OnlinePolicy
+from specviz.methods.policies import POLICIES, ConfidencePolicy, LengthPolicy, OnlinePolicy
+from specviz.runtime.config import DecodeConfig
 
 MATCHES = Path("results/policy_sim_matches.json")
 DEPTH, NEW_TOKENS = 10, 64
@@ -37,11 +37,12 @@ DEPTH, NEW_TOKENS = 10, 64
 
 @torch.inference_mode()
 def record() -> None:
-    from specviz.config import DecodeConfig
-    from specviz.predictor import AcceptancePredictor
-    from specviz.runner import ModelBank, prepare
-    from specviz.sampling import Sampler
-    from specviz.suites import load_suite
+    from specviz.analysis.suites import load_suite
+    from specviz.core.sampling import Sampler
+    from specviz.methods.predictor import AcceptancePredictor
+    from specviz.runtime.bank import ModelBank
+    from specviz.runtime.config import DecodeConfig
+    from specviz.runtime.prepare import prepare
 
     bank, rows, predictor = ModelBank(), [], AcceptancePredictor.load()
     for item in load_suite("all"):

@@ -7,9 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from . import judge_cli
-from .config import ConfigError, DecodeConfig
-from .models import OFFLINE_PRESET, ModelLoadError
+from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.models.presets import OFFLINE_PRESET
+from specviz.runtime.config import DecodeConfig
+from specviz.training import judge_cli
 
 
 class UsageError(Exception):
@@ -97,7 +98,9 @@ def read_prompt(a: argparse.Namespace) -> str:
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
-    from .runner import ModelBank, prepare, run_to_result
+    from specviz.analysis.result import run_to_result
+    from specviz.runtime.bank import ModelBank
+    from specviz.runtime.prepare import prepare
 
     config = config_from_args(a)
     run = prepare(config, read_prompt(a), ModelBank())
@@ -113,7 +116,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from .bench import CONFIG_SETS, run_benchmark
+    from specviz.bench.harness import CONFIG_SETS, run_benchmark
 
     if a.configs not in CONFIG_SETS:
         raise ConfigError(f"--configs must be one of {', '.join(CONFIG_SETS)}, got '{a.configs}'")
@@ -130,14 +133,14 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_fit_predictor(a: argparse.Namespace) -> int:
-    from .bench import fit_predictor
+    from specviz.training.predictor_fit import fit_predictor
 
     fit_predictor(a.prompts)
     return 0
 
 
 def cmd_chain_advisor(a: argparse.Namespace) -> int:
-    from .advisor import advise, format_rows
+    from specviz.analysis.advisor import advise, format_rows
 
     if not (1 <= a.prompts <= 6 and 1 <= a.gamma <= 16 and 1 <= a.max_new_tokens <= 512 and a.top >= 1):
         raise ConfigError("chain-advisor needs 1 <= --prompts <= 6, 1 <= --gamma <= 16, 1 <= --max-new-tokens <= 512, --top >= 1")

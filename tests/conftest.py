@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from specviz.models import LoadedModel  # noqa: E402
+from specviz.models.loading import LoadedModel  # noqa: E402
 
 if os.environ.get("SPECVIZ_TEST_DEVICE"):
     torch.set_default_device(os.environ["SPECVIZ_TEST_DEVICE"])
@@ -68,7 +68,7 @@ def small_vocab_pair() -> tuple[LoadedModel, LoadedModel]:
 
 @pytest.fixture(scope="session")
 def bank():
-    from specviz.runner import ModelBank
+    from specviz.runtime.bank import ModelBank
 
     return ModelBank()
 
@@ -77,7 +77,7 @@ def target_answers(lm, prompts, max_new, k=4):
     """What ``generate_data`` stores, without a tokenizer: the target's greedy answer and its top-k at every step."""
     from transformers import LogitsProcessorList
 
-    from specviz.train import TopKRecorder
+    from specviz.training.drafts import TopKRecorder
 
     rows = []
     for prompt in prompts:

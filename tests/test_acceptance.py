@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from specviz.acceptance import ExactRule, JudgeRule, LenientRule, TopKRule, first_false, residual
-from specviz.cache import CachedModel
-from specviz.drafters import Draft, ModelDrafter
-from specviz.engine import decode
-from specviz.hidden import prenorm_states
-from specviz.judge import JudgeHead
-from specviz.policies import LengthPolicy
-from specviz.sampling import Sampler, top_p_filter
+from specviz.core.acceptance import ExactRule, LenientRule, TopKRule, first_false, residual
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import Draft, ModelDrafter
+from specviz.core.engine import decode
+from specviz.core.hidden import prenorm_states
+from specviz.core.sampling import Sampler, top_p_filter
+from specviz.methods.judge import JudgeHead, JudgeRule
+from specviz.methods.policies import LengthPolicy
 from tests.conftest import chi_square_p, seeded
 
 V = 6

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.advisor import TARGET, Pair, candidate_chains, chain_label, predicted_tokens_per_s
+from specviz.analysis.advisor import TARGET, Pair, candidate_chains, chain_label, predicted_tokens_per_s
 
 
 def test_candidate_chains_keep_speed_order_and_include_ar_and_plain_sd():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specviz.bench import (
+from specviz.bench.harness import (
     CONFIG_SETS,
     BenchConfig,
     fastest_runs,
@@ -18,7 +18,7 @@ from specviz.bench import (
     theory_columns,
     write_results,
 )
-from specviz.config import DecodeConfig
+from specviz.runtime.config import DecodeConfig
 from tests.test_engine import PROMPTS, reference
 
 NAN = float("nan")
@@ -180,7 +180,7 @@ def test_fastest_runs_keeps_each_configurations_least_disturbed_run(monkeypatch)
         calls.append(cfg.label)
         return {"wall_s": next(walls[cfg.label]), "round": calls.count(cfg.label)}
 
-    monkeypatch.setattr("specviz.bench.run_one", fake_run)
+    monkeypatch.setattr("specviz.bench.harness.run_one", fake_run)
     best = fastest_runs("p", configs, None, 0, 3)
     assert len(calls) == 6 and calls.count("a") == calls.count("b") == 3
     assert (best["a"]["wall_s"], best["a"]["round"]) == (1.0, 2)

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from specviz.cache import CachedModel
-from specviz.chain import StagedDrafter, build_chain
-from specviz.drafters import ModelDrafter, NGramDrafter
-from specviz.engine import decode
-from specviz.policies import LengthPolicy, make_policy
-from specviz.sampling import Sampler
-from specviz.theory import run_theory
+from specviz.analysis.theory import run_theory
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import ModelDrafter, NGramDrafter
+from specviz.core.engine import decode
+from specviz.core.sampling import Sampler
+from specviz.methods.chain import StagedDrafter, build_chain
+from specviz.methods.policies import LengthPolicy, make_policy
 from tests.conftest import chi_square_p, tiny_llama
 from tests.test_acceptance import exact_two_token_joint
 from tests.test_engine import PROMPTS, reference

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from specviz.acceptance import ExactRule
-from specviz.cache import CachedModel
-from specviz.drafters import ModelDrafter, NGramDrafter, lookup_continuation
-from specviz.engine import decode
-from specviz.metrics import summarize
-from specviz.policies import LengthPolicy
-from specviz.sampling import Sampler
+from specviz.core.acceptance import ExactRule
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import ModelDrafter, NGramDrafter, lookup_continuation
+from specviz.core.engine import decode
+from specviz.core.metrics import summarize
+from specviz.core.sampling import Sampler
+from specviz.methods.policies import LengthPolicy
 
 
 def reference(lm, prompt, n):

@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
-from specviz.bench import load_suite
-from specviz.config import DecodeConfig
-from specviz.models import PRESETS
-from specviz.runner import prepare
+from specviz.analysis.suites import load_suite
+from specviz.models.presets import PRESETS
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import prepare
 
 pytestmark = pytest.mark.slow
 N = 64

@@ -5,13 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz.cache import CachedModel
-from specviz.engine import decode
-from specviz.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head
-from specviz.lean import LeanCachedModel
-from specviz.models import ModelLoadError
-from specviz.policies import LengthPolicy
-from specviz.sampling import Sampler
+from specviz.core.cache import CachedModel
+from specviz.core.engine import decode
+from specviz.core.errors import ModelLoadError
+from specviz.core.sampling import Sampler
+from specviz.methods.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head
+from specviz.methods.policies import LengthPolicy
+from specviz.models.backends.lean import LeanCachedModel
 
 from .test_engine import PROMPTS, reference
 

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from specviz import feature_train
-from specviz.feature_head import FeatureHead, load_head
-from specviz.feature_train import _batch, head_losses, sequences, target_features
-from specviz.models import LoadedModel
+from specviz.methods.feature_head import FeatureHead, load_head
+from specviz.models.loading import LoadedModel
+from specviz.training import feature_head as feature_train
+from specviz.training.feature_head import _batch, head_losses, sequences, target_features
 from tests.conftest import random_prompts, target_answers
 from tests.test_train import _write_shards
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from specviz.cli import Parser
-from specviz.config import ConfigError
-from specviz.hidden import prenorm_states
-from specviz.judge import (
-    JudgeHead,
-    JudgeLoadError,
+from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.core.hidden import prenorm_states
+from specviz.methods.judge import JudgeHead, JudgeLoadError, default_head_path
+from specviz.models.paths import ASSETS
+from specviz.training.judge_cli import read_dataset, register, run
+from specviz.training.judge_fit import (
     build_features,
-    default_head_path,
     evaluate,
     fit_logistic,
     fold,
@@ -27,8 +27,6 @@ from specviz.judge import (
     token_labels,
     train_head,
 )
-from specviz.judge_cli import read_dataset, register, run
-from specviz.models import ASSETS, ModelLoadError
 
 
 class WordTokenizer:
@@ -55,7 +53,7 @@ def test_token_labels_mark_the_first_error_and_drop_the_rest(error_at, labels):
 
 @pytest.mark.slow
 def test_token_labels_with_the_offline_tokenizer(bank):
-    from specviz.models import OFFLINE_PRESET, resolve_preset
+    from specviz.models.presets import OFFLINE_PRESET, resolve_preset
 
     tok = bank.tokenizer(resolve_preset(OFFLINE_PRESET).target)
     answer = "So 17 + 25 = 43, which is odd."
@@ -72,8 +70,8 @@ def test_junk_items_label_the_junk_token_with_the_offline_tokenizer(bank):
     "<|im_end|>" / "<|endoftext|>" become the special ids."""
     import json
 
-    from specviz import judge_data as jd
-    from specviz.models import OFFLINE_PRESET, resolve_preset
+    from specviz.models.presets import OFFLINE_PRESET, resolve_preset
+    from specviz.training import judge_data as jd
 
     tok = bank.tokenizer(resolve_preset(OFFLINE_PRESET).target)
     specials = {tok.convert_tokens_to_ids(s) for s in jd.SPECIALS}

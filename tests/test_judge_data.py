@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from specviz import judge_data as jd
+from specviz.training import judge_data as jd
 
 KEYS = {"id", "category", "question", "answer", "error_at", "split", "source"}
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specviz import judge_data as jd
-from specviz.judge_decisions import answer_key, on_policy_questions, training_questions
+from specviz.training import judge_data as jd
+from specviz.training.judge_decisions import answer_key, on_policy_questions, training_questions
 
 
 def test_training_questions_never_touch_the_held_out_or_eval_questions():

@@ -3,13 +3,15 @@
 import pytest
 import torch
 
-from specviz.cache import CachedModel
-from specviz.drafters import ModelDrafter
-from specviz.engine import decode
-from specviz.lean import LeanCachedModel, cached_model, int8_kernels, int8_linear, quantize_rows, supports_lean
-from specviz.models import LoadedModel, pack_linears
-from specviz.policies import LengthPolicy
-from specviz.sampling import Sampler
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import ModelDrafter
+from specviz.core.engine import decode
+from specviz.core.sampling import Sampler
+from specviz.methods.policies import LengthPolicy
+from specviz.models.backends import cached_model, supports_lean
+from specviz.models.backends.cpu import int8_kernels, int8_linear, pack_linears, quantize_rows
+from specviz.models.backends.lean import LeanCachedModel
+from specviz.models.loading import LoadedModel
 from tests.conftest import seeded, tiny_llama
 from tests.test_engine import reference
 

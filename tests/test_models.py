@@ -4,27 +4,15 @@ import json
 
 import pytest
 
-from specviz.cache import CachedModel
-from specviz.drafters import ModelDrafter
-from specviz.engine import decode
-from specviz.models import (
-    ASSETS,
-    DRAFT_VOCAB_FILE,
-    OFFLINE_PRESET,
-    PRESETS,
-    ModelLoadError,
-    PackedLinear,
-    check_shared_vocab,
-    is_packed,
-    load_model,
-    pack_linears,
-    read_draft_vocab,
-    resolve_draft,
-    resolve_preset,
-    shared_vocab_size,
-    unpack_linears,
-)
-from specviz.policies import LengthPolicy
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import ModelDrafter
+from specviz.core.engine import decode
+from specviz.core.errors import ModelLoadError
+from specviz.methods.policies import LengthPolicy
+from specviz.models.backends.cpu import PackedLinear, is_packed, pack_linears, unpack_linears
+from specviz.models.loading import DRAFT_VOCAB_FILE, check_shared_vocab, load_model, read_draft_vocab, shared_vocab_size
+from specviz.models.paths import ASSETS
+from specviz.models.presets import OFFLINE_PRESET, PRESETS, resolve_draft, resolve_preset
 from tests.conftest import tiny_llama
 
 
@@ -115,7 +103,7 @@ def test_vocab_mismatch_is_sliced_like_qwen():
 def test_target_runs_in_float32_on_cpu_unless_asked(monkeypatch):
     import torch
 
-    from specviz import runner
+    from specviz.runtime import prepare as runner
 
     monkeypatch.setattr(runner, "pick_device", lambda: torch.device("cpu"))
     assert runner.target_dtype("auto") is torch.float32  # bf16 verify forwards round differently: not token-exact
@@ -127,7 +115,7 @@ def test_target_runs_in_float32_on_cpu_unless_asked(monkeypatch):
 def test_bank_keeps_one_copy_per_dtype(monkeypatch):
     import torch
 
-    from specviz import runner
+    from specviz.runtime import prepare as runner
 
     loads = []
     monkeypatch.setattr(runner, "load_model", lambda source, name, dtype=None: loads.append(dtype) or object())

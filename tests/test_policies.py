@@ -5,18 +5,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from specviz.cache import CachedModel
-from specviz.drafters import Drafter, ModelDrafter, NGramDrafter
-from specviz.engine import decode
-from specviz.policies import (
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
+from specviz.core.engine import decode
+from specviz.methods.policies import (
     POLICIES,
     ConfidencePolicy,
     FSMPolicy,
     HFHeuristicPolicy,
     History,
     OnlinePolicy,
-    OnlineSelector,
-    PerDrafterPolicy,
     ProbeSchedule,
     StepRecord,
     VerifyCost,
@@ -24,6 +22,7 @@ from specviz.policies import (
     make_policy,
     predicted_rates,
 )
+from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from tests.test_engine import PROMPTS, reference
 
 DRAFTER = SimpleNamespace(name="d")

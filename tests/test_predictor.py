@@ -7,10 +7,11 @@ import random
 import pytest
 import torch
 
-from specviz.cache import CachedModel
-from specviz.drafters import Drafter, ModelDrafter, NGramDrafter
-from specviz.feature_head import ForwardTimer
-from specviz.predictor import FEATURES, AcceptancePredictor, draft_log_perplexity, fit_weights, prompt_features, repeat_fraction
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
+from specviz.methods.feature_head import ForwardTimer
+from specviz.methods.predictor import FEATURES, AcceptancePredictor, draft_log_perplexity, prompt_features, repeat_fraction
+from specviz.training.predictor_fit import fit_weights
 
 
 @pytest.mark.parametrize("ids, expected", [

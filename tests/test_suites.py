@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specviz.suites import PROMPTS, evaluation_texts, load_suite, load_warmup
+from specviz.analysis.suites import PROMPTS, evaluation_texts, load_suite, load_warmup
 
 
 def _suite_files():

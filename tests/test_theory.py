@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specviz.theory import (
+from specviz.analysis.theory import (
     acceptance_mle,
     break_even_length,
     capped_geometric_moments,

@@ -11,9 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import train
-from specviz.models import LoadedModel
-from specviz.train import _batches, _collate, build_instructions, distill_loss, evaluate_draft, load_data, make_draft, split_heldout
+from specviz.models.loading import LoadedModel
+from specviz.training import drafts as train
+from specviz.training.drafts import (
+    _batches,
+    _collate,
+    build_instructions,
+    distill_loss,
+    evaluate_draft,
+    load_data,
+    make_draft,
+    split_heldout,
+)
 from tests.conftest import tiny_llama
 
 K = 4
@@ -257,7 +266,7 @@ def test_rank_tokens_orders_ids_by_top_k_probability_mass():
 
 
 def test_draft_vocab_is_ranked_without_the_held_out_answers_and_reports_their_coverage(tmp_path, monkeypatch, teacher_data):
-    from specviz.models import read_draft_vocab
+    from specviz.models.loading import read_draft_vocab
 
     _write_shards(tmp_path / "data", teacher_data, per_shard=8)
     monkeypatch.setattr(train, "load_tokenizer", lambda source: SimpleNamespace(pad_token_id=0, decode=lambda ids, **kw: ""))

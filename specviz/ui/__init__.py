@@ -5,6 +5,6 @@ Modules: ``app`` builds and launches the Blocks; ``explore``, ``compare``, ``exp
 ``stream`` runs a decode in a worker thread; ``state`` holds per-session data; ``bank`` the shared models.
 """
 
-from .app import CSS, THEME, build_app, launch
+from specviz.ui.app import CSS, THEME, build_app, launch
 
 __all__ = ["CSS", "THEME", "build_app", "launch"]

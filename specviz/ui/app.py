@@ -11,11 +11,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from .bank import Models, default_preset, shared_models
-from .compare import build_compare_tab
-from .explain import build_explain_tab, explain_update
-from .explore import build_explore_tab
-from .render import status_html, token_css
+from specviz.ui.bank import Models, default_preset, shared_models
+from specviz.ui.compare import build_compare_tab
+from specviz.ui.explain import build_explain_tab, explain_update
+from specviz.ui.explore import build_explore_tab
+from specviz.viz.render import status_html, token_css
 
 TITLE = "specviz: speculative decoding, step by step"
 INTRO = ("A small draft proposes γ tokens, the target checks them all in one forward pass and keeps the longest agreeing run "

@@ -12,10 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-from ..config import DecodeConfig
-from ..feature_head import is_feature_head
-from ..models import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
-from ..runner import ModelBank, prepare
+from specviz.methods.feature_head import is_feature_head
+from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
+from specviz.runtime.bank import ModelBank
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import prepare
 
 LOADING_MESSAGE = "Loading models… (the first start converts the GGUF target, ~30 s; later starts take a few seconds)"
 

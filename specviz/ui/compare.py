@@ -19,17 +19,27 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from ..config import ConfigError, DecodeConfig
-from ..runner import prepare, run_to_result
-from . import charts
-from .bank import LOADING_MESSAGE, Models, default_draft, shared_models
-from .controls import decode_concurrency, default_prompt, example_prompts, guarded, max_tokens_slider, preset_dropdown, sampling_controls
-from .explore import AR_LABEL, ar_config
-from .gpu import gpu
-from .render import column_html, columns_html, spans_html, status_html
-from .state import baseline_key, ensure_session, make_config, put_baseline, run_record
-from .stream import stream_batches
-from .trace import TraceBuilder
+from specviz.analysis.result import run_to_result
+from specviz.core.errors import ConfigError
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import prepare
+from specviz.ui.bank import LOADING_MESSAGE, Models, default_draft, shared_models
+from specviz.ui.controls import (
+    decode_concurrency,
+    default_prompt,
+    example_prompts,
+    guarded,
+    max_tokens_slider,
+    preset_dropdown,
+    sampling_controls,
+)
+from specviz.ui.explore import AR_LABEL, ar_config
+from specviz.ui.gpu import gpu
+from specviz.ui.state import baseline_key, ensure_session, make_config, put_baseline, run_record
+from specviz.ui.stream import stream_batches
+from specviz.viz import charts
+from specviz.viz.render import column_html, columns_html, spans_html, status_html
+from specviz.viz.trace import TraceBuilder
 
 CONFIG_COLUMNS = ["label", "method", "draft", "γ", "γ policy", "accept", "δ", "lenience", "top-k"]
 MAX_CONFIGS = 4

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from .. import config as engine_config
-from ..config import MAX_GAMMA, ConfigError, DecodeConfig
-from ..models import PRESETS, ModelLoadError, resolve_draft, resolve_preset
-from ..suites import load_suite
-from .bank import default_draft, default_preset, draft_choices
-from .render import status_html
-from .state import make_config
+from specviz.analysis.suites import load_suite
+from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.models.presets import PRESETS, resolve_draft, resolve_preset
+from specviz.runtime import config as engine_config
+from specviz.runtime.config import MAX_GAMMA, DecodeConfig
+from specviz.ui.bank import default_draft, default_preset, draft_choices
+from specviz.ui.state import make_config
+from specviz.viz.render import status_html
 
 log = logging.getLogger("specviz.ui")
 

@@ -8,9 +8,9 @@ import statistics
 
 import gradio as gr
 
-from . import charts
-from .render import status_html
-from .state import ensure_session
+from specviz.ui.state import ensure_session
+from specviz.viz import charts
+from specviz.viz.render import status_html
 
 FORMULA = r"""
 With per-token acceptance **α** (i.i.d.), γ drafted tokens per step and **c** = (draft time per token) / (target time per forward):

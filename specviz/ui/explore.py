@@ -14,12 +14,13 @@ from dataclasses import replace
 import gradio as gr
 import pandas as pd
 
-from ..config import ConfigError, DecodeConfig
-from ..metrics import summarize
-from ..runner import PreparedRun, prepare, run_to_result
-from . import charts
-from .bank import LOADING_MESSAGE, Models, shared_models
-from .controls import (
+from specviz.analysis.result import run_to_result
+from specviz.core.errors import ConfigError
+from specviz.core.metrics import summarize
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import PreparedRun, prepare
+from specviz.ui.bank import LOADING_MESSAGE, Models, shared_models
+from specviz.ui.controls import (
     BASELINE_AFTER,
     BASELINE_BEFORE,
     BASELINE_SKIP,
@@ -31,11 +32,12 @@ from .controls import (
     guarded,
     wire_decode_controls,
 )
-from .gpu import gpu
-from .render import REASON_LEGEND, Headline, headline_html, legend_html, spans_html, status_html
-from .state import baseline_key, ensure_session, get_baseline, make_config, put_baseline, run_record
-from .stream import stream_batches
-from .trace import STEP_COLUMNS, TraceBuilder, cumulative
+from specviz.ui.gpu import gpu
+from specviz.ui.state import baseline_key, ensure_session, get_baseline, make_config, put_baseline, run_record
+from specviz.ui.stream import stream_batches
+from specviz.viz import charts
+from specviz.viz.render import REASON_LEGEND, Headline, headline_html, legend_html, spans_html, status_html
+from specviz.viz.trace import STEP_COLUMNS, TraceBuilder, cumulative
 
 TOKENS_EVERY_S = 0.25
 CHARTS_EVERY_S = 1.5

@@ -12,7 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import ConfigError, DecodeConfig
+from specviz.core.errors import ConfigError
+from specviz.runtime.config import DecodeConfig
 
 BASELINE_CACHE_SIZE = 8
 

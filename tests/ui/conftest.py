@@ -23,7 +23,7 @@ def free_port() -> int:
 def app_url():
     import torch
 
-    from specviz.ui import build_app, launch
+    from specviz.ui.app import build_app, launch
 
     torch.set_num_threads(1)
     demo = build_app()

@@ -5,10 +5,10 @@ import pickle
 import plotly.graph_objects as go
 import pytest
 
-from specviz.theory import run_theory
-from specviz.ui import charts
+from specviz.analysis.theory import run_theory
 from specviz.ui.explain import measured_from, summary_markdown, theory_html
 from specviz.ui.state import new_session
+from specviz.viz import charts
 
 
 def events(n=6):

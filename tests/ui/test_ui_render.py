@@ -6,13 +6,14 @@ import time
 
 import pytest
 
-from specviz import config as engine_config
-from specviz.config import ConfigError, DecodeConfig
-from specviz.ui import render
-from specviz.ui.render import STYLES, TokenSpan, legend_html, span_html, spans_html, token_css
+from specviz.core.errors import ConfigError
+from specviz.runtime import config as engine_config
+from specviz.runtime.config import DecodeConfig
 from specviz.ui.state import baseline_key, make_config, new_session, put_baseline
 from specviz.ui.stream import stream_batches
-from specviz.ui.trace import PieceDecoder, TraceBuilder, cumulative, reasons_text, step_spans, until
+from specviz.viz import render
+from specviz.viz.render import STYLES, TokenSpan, legend_html, span_html, spans_html, token_css
+from specviz.viz.trace import PieceDecoder, TraceBuilder, cumulative, reasons_text, step_spans, until
 
 NON_COLOUR = ("text-decoration", "border", "font-style", "font-weight")
 

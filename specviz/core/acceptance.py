@@ -1,0 +1,139 @@
+"""Acceptance rules: decide how much of a draft the target keeps and which token it adds.
+
+Every rule returns a :class:`Verdict`. The exact rule is lossless: greedy keeps drafts equal to the
+target's argmax; sampling is Leviathan et al.'s rule with the residual ``norm(max(0, p − q))`` and a
+bonus token drawn from ``p_{γ+1}`` when everything was accepted. The relaxed rules (judge, lenient,
+top-k) keep a token when the exact rule accepts it **or** their own criterion does, then finish the
+step exactly as the exact rule would — so with the criterion switched off they reproduce it token for
+token, random draws included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specviz.core.drafters import Draft
+from specviz.core.sampling import Sampler
+
+ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
+
+
+@dataclass
+class Verdict:
+    """``accepted`` drafts kept, then ``next_token`` from the target; one reason per drafted token."""
+
+    accepted: int
+    next_token: int
+    reasons: list[str]
+    judge_scores: list[float] | None = None
+
+
+def reasons_for(accepted: int, drafted: int, kept_as: list[str] | None = None) -> list[str]:
+    kept = kept_as or [ACCEPTED] * accepted
+    tail = [REJECTED] + [UNCHECKED] * (drafted - accepted - 1) if accepted < drafted else []
+    return kept + tail
+
+
+def one_hot_rows(ids: list[int], vocab: int, device: torch.device) -> torch.Tensor:
+    q = torch.zeros(len(ids), vocab, device=device)
+    q[torch.arange(len(ids)), torch.tensor(ids, device=device)] = 1.0
+    return q
+
+
+@dataclass
+class Checked:
+    """What a rule sees for the γ drafted positions: ids, target logits and p, the draft's q and the
+    uniform draws of the exact test (both None when greedy), the target's pre-norm states (γ + 1 rows)."""
+
+    ids: torch.Tensor
+    logits: torch.Tensor
+    p: torch.Tensor
+    q: torch.Tensor | None
+    u: torch.Tensor | None
+    states: torch.Tensor | None
+
+    def px_qx(self) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.arange(len(self.ids), device=self.ids.device)
+        return self.p[rows, self.ids], self.q[rows, self.ids]
+
+
+class ExactRule:
+    """Standard (lossless) speculative verification; subclasses add a criterion in :meth:`relaxed`."""
+
+    name = "exact"
+    needs_states = False
+
+    def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
+               states: torch.Tensor | None = None) -> Verdict:
+        if not draft.ids:
+            return Verdict(0, int(sampler.pick(logits[0], p[0])), [])
+        gamma = len(draft.ids)
+        ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)
+        if sampler.greedy:
+            best = logits.argmax(-1)
+            c = Checked(ids, logits[:gamma], p[:gamma], None, None, states)
+            exact = ids == best[:gamma]
+        else:
+            q = draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device)
+            c = Checked(ids, logits[:gamma], p[:gamma], q, sampler.uniform(gamma, p.device), states)
+            px, qx = c.px_qx()
+            exact = c.u * qx < px
+        extra, scores = self.relaxed(c)
+        n = first_false(exact | extra)
+        kept = [ACCEPTED if bool(exact[i]) else self.name for i in range(n)]
+        if sampler.greedy:
+            nxt = best[n]
+        else:
+            nxt = sampler.draw(p[gamma] if n == gamma else residual(p[n], c.q[n]))
+        return Verdict(n, int(nxt), reasons_for(n, gamma, kept), scores)
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float] | None]:
+        """Acceptances beyond the exact rule (none here), and the judge scores if the rule has any."""
+        return torch.zeros_like(c.ids, dtype=torch.bool), None
+
+
+class LenientRule(ExactRule):
+    """Leviathan's lenience l ∈ (0, 1]: sampling accepts with min(1, p/(l·q)) (same draw as the exact
+    test); greedy accepts a draft whose target probability is ≥ l × the top one. l = 1 is exact."""
+
+    name = "lenient"
+
+    def __init__(self, lenience: float):
+        self.lenience = lenience
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
+        if c.u is None:
+            rows = torch.arange(len(c.ids), device=c.ids.device)
+            return c.p[rows, c.ids] >= self.lenience * c.p.max(-1).values, None
+        px, qx = c.px_qx()
+        return c.u * qx * self.lenience < px, None
+
+
+class TopKRule(ExactRule):
+    """Accept a draft token that is among the target's k most likely tokens."""
+
+    name = "topk"
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
+        top = c.logits.topk(min(self.k, c.logits.shape[-1]), dim=-1).indices
+        return (top == c.ids[:, None]).any(-1), None
+
+
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)); p itself where p ≤ q everywhere (then p == q and no mass is left)."""
+    r = (p - q).clamp_min(0)
+    total = r.sum()
+    return r / total if total > 0 else p
+
+
+def first_false(mask: torch.Tensor) -> int:
+    """Length of the leading run of True."""
+    misses = (~mask).nonzero()
+    return int(misses[0]) if len(misses) else len(mask)

@@ -1,0 +1,119 @@
+"""Drafters: propose up to γ next tokens and the distributions q they were drawn from.
+
+The contract follows transformers' ``CandidateGenerator``: ``propose`` gets the full committed sequence
+(drafters roll their own state back to it) and returns a :class:`Draft`. A tree drafter would return
+several branches; the linear ``Draft`` is its single-branch case.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from specviz.core.cache import CachedModel
+from specviz.core.sampling import Sampler
+
+StopRule = Callable[[torch.Tensor], bool]
+"""Called with the draft's distribution for the next token; True stops drafting before that token."""
+
+
+@dataclass
+class Draft:
+    """Proposed ids; ``q`` (γ, vocab) holds the distribution each was drawn from, None for a
+    deterministic proposal (q is one-hot at the proposed id). ``extra`` carries drafter-specific
+    details into the StepEvent (a chain's per-level work)."""
+
+    ids: list[int]
+    q: torch.Tensor | None
+    drafter: str
+    extra: dict = field(default_factory=dict)
+
+    def q_of_ids(self) -> list[float]:
+        if self.q is None:
+            return [1.0] * len(self.ids)
+        rows = torch.arange(len(self.ids), device=self.q.device)
+        return self.q[rows, torch.tensor(self.ids, device=self.q.device)].tolist()
+
+
+def level_record(name: str, role: str, passes: int = 0, ms: float = 0.0) -> dict:
+    """One level's work in one proposal: forwards (or lookups), milliseconds and, for a verifying
+    level of a chain, one (drafted, passed up) pair per verification."""
+    return {"name": name, "role": role, "passes": passes, "ms": ms, "verifications": []}
+
+
+class Drafter:
+    """Base class: a named source of draft tokens with a per-token cost the policies can learn."""
+
+    name = "drafter"
+    models: list[CachedModel] = []
+
+    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        raise NotImplementedError
+
+    def prefill(self, tokens: list[int]) -> None:
+        """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        """Whether ``propose`` would return any token after ``tokens`` (a model always can)."""
+        return True
+
+    def blank_levels(self) -> list[dict]:
+        """Empty per-level work records, top first, in the shape ``propose`` reports them."""
+        return [level_record(self.name, "draft")]
+
+
+class ModelDrafter(Drafter):
+    """Drafts autoregressively with a small causal LM that shares the target's token ids."""
+
+    def __init__(self, model: CachedModel):
+        self.model = model
+        self.models = [model]
+        self.name = model.name
+
+    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        seq, qs, start, forwards = list(tokens), [], time.perf_counter(), self.model.forwards
+        for _ in range(gamma):
+            logits = self.model.forward(seq, keep=1)[0]
+            q = sampler.probs(logits)
+            if stop is not None and stop(q):
+                break
+            seq.append(int(sampler.pick(logits, q)))
+            qs.append(q)
+        work = level_record(self.name, "draft", self.model.forwards - forwards, 1e3 * (time.perf_counter() - start))
+        return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, {"levels": [work]})
+
+    def prefill(self, tokens: list[int]) -> None:
+        self.model.prefill(tokens)
+
+
+class NGramDrafter(Drafter):
+    """Prompt lookup: find the latest earlier occurrence of the current suffix (longest n first) and
+    propose the tokens that followed it. Needs no model; q is one-hot."""
+
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        start = time.perf_counter()
+        ids = lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram)
+        return Draft(ids, None, self.name, {"levels": [level_record(self.name, "draft", 1, 1e3 * (time.perf_counter() - start))]})
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        return bool(lookup_continuation(tokens, 1, self.max_ngram, self.min_ngram))
+
+
+def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int = 1) -> list[int]:
+    """Continuation of the most recent earlier match of the longest matching suffix (≤ γ tokens)."""
+    if gamma <= 0:
+        return []
+    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
+        suffix = tokens[-n:]
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start:start + n] == suffix:
+                return tokens[start + n:start + n + gamma]
+    return []

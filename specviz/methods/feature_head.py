@@ -1,0 +1,191 @@
+"""A feature-level draft head, as in EAGLE: one decoder layer that drafts from the target's own hidden states.
+
+An independent small draft must rebuild the target's view of the text from tokens alone; this head starts from
+the target's last hidden state. At position i it reads ``fc([embed(x[i+1]), f[i]])``, where ``f[i]`` is the
+target's final-normed state at i (the one its LM head turns into the distribution of x[i+1]) and ``embed`` is
+the target's own embedding, runs one Llama decoder layer over the positions so far, and outputs its estimate
+of ``f[i+1]``. The target's LM head (tied embedding, restricted to the draft vocabulary) turns that into the
+next draft token; further drafts feed the head its own estimates. The head's weights are a few million
+parameters; the embedding and LM head are the target's and are not stored again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import Draft, Drafter, StopRule, level_record
+from specviz.core.errors import ModelLoadError, first_line
+from specviz.core.sampling import Sampler
+from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
+from specviz.models.backends.lean import LeanStack, built_once, lean_layers, vocab_head
+from specviz.models.loading import DRAFT_VOCAB_FILE, read_draft_vocab
+
+HEAD_KIND = "feature-head"
+WEIGHTS_FILE = "head.safetensors"
+CONFIG_FILE = "specviz.json"
+
+
+def head_config(target_config) -> object:
+    """The target's config with one layer: the head's layer has the target's width, heads and RoPE."""
+    config = type(target_config).from_dict(target_config.to_dict())
+    config.num_hidden_layers = 1
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class FeatureHead(torch.nn.Module):
+    """``fc`` (2·hidden → hidden) and one Llama decoder layer; the training forward runs whole sequences."""
+
+    def __init__(self, target_config):
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        super().__init__()
+        self.config = head_config(target_config)
+        width = self.config.hidden_size
+        self.fc = torch.nn.Linear(2 * width, width, bias=False)
+        self.layer = LlamaDecoderLayer(self.config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(self.config)
+
+    def forward(self, features: torch.Tensor, next_embeds: torch.Tensor) -> torch.Tensor:
+        """Estimates of f[i+1] (batch, t, hidden) from f[i] and embed(x[i+1]) at positions 0..t-1 (causal)."""
+        x = self.fc(torch.cat([next_embeds, features], -1))
+        positions = torch.arange(x.shape[1], device=x.device)[None].expand(x.shape[0], -1)
+        return self.layer(x, position_embeddings=self.rotary(x, positions))
+
+
+def quantize(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Matrices as int8 with one fp32 scale per row (``name`` and ``name.scale``); vectors as fp32. A quarter of
+    fp32's bytes, so the head fits beside the drafts in the repository; rounding moves a weight by ≤ 0.4 % of
+    its row's largest."""
+    out = {}
+    for name, w in weights.items():
+        if w.dim() == 2:
+            out[name], scale = quantize_rows(w)
+            out[name + ".scale"] = scale[:, None]
+        else:
+            out[name] = w.detach().float().contiguous()
+    return out
+
+
+def dequantize(stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: w.float() * stored[name + ".scale"] if name + ".scale" in stored else w
+            for name, w in stored.items() if not name.endswith(".scale")}
+
+
+def save_head(head: FeatureHead, out: Path, target_name: str, report: dict, draft_vocab: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(quantize({k: v for k, v in head.state_dict().items() if not k.startswith("rotary.")}), str(out / WEIGHTS_FILE))
+    (out / CONFIG_FILE).write_text(json.dumps({"kind": HEAD_KIND, "target": target_name, "training": report}, indent=1))
+    (out / DRAFT_VOCAB_FILE).write_text(json.dumps(draft_vocab))
+
+
+def is_feature_head(path: Path) -> bool:
+    file = Path(path) / CONFIG_FILE
+    return file.is_file() and json.loads(file.read_text()).get("kind") == HEAD_KIND
+
+
+def head_dtype(target_model: torch.nn.Module) -> torch.dtype:
+    """bfloat16 on a CPU with native bf16 matmuls (a drafting step reads half the bytes; the head's cost is
+    mostly memory traffic), else the target's dtype. The dtype changes what the head proposes, never what is
+    emitted: the target verifies in its own dtype."""
+    if target_model.device.type == "cpu" and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return torch.bfloat16
+    return target_model.dtype
+
+
+def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | None = None) -> tuple[FeatureHead, list[int] | None]:
+    """The head in ``path`` for ``target_model`` (on its device, in ``dtype`` or :func:`head_dtype`), and its
+    draft vocabulary."""
+    path = Path(path)
+    head = FeatureHead(target_model.config)
+    try:
+        missing, unexpected = head.load_state_dict(dequantize(load_file(str(path / WEIGHTS_FILE))), strict=False)
+    except Exception as exc:  # a missing file, bad safetensors header or a shape mismatch: one line either way
+        raise ModelLoadError(f"cannot load feature head '{path}': {first_line(exc)[:200]}") from None
+    if [k for k in missing if not k.startswith("rotary.")] or unexpected:
+        raise ModelLoadError(f"feature head '{path}' does not fit this target (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return head.eval().to(device=target_model.device, dtype=dtype or head_dtype(target_model)), read_draft_vocab(path)
+
+
+class ForwardTimer:
+    """Forward count and seconds of a drafter that is not a CachedModel (the engine sums ``forward_s``)."""
+
+    def __init__(self, name: str):
+        self.name, self.forwards, self.forward_s = name, 0, 0.0
+
+
+class FeatureDrafter(Drafter):
+    """Drafts with a :class:`FeatureHead` over the target's final-normed states, which the target's
+    :class:`~specviz.cache.CachedModel` keeps for every fed position once this drafter is built on it.
+
+    The head's KV cache holds positions fed with the target's true states; positions fed with the head's own
+    estimates (drafts 2..γ) are overwritten at the next proposal, so rejected drafts need no bookkeeping."""
+
+    def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head"):
+        self.name, self.target, self.timer = name, target, ForwardTimer(name)
+        self.models = [self.timer]
+        if target.ids:
+            raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
+        target.keep_features = True
+        lm = target.lm.model
+        self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
+        ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
+        self.vocab_ids = torch.tensor(ids, device=self.embed.device)
+        int8 = int8_kernels(self.dtype, self.embed.device)
+        self.fc = built_once(head, ("fc", self.dtype, self.embed.device), lambda: int8_linear(head.fc.weight)) if int8 else head.fc
+        self.score = vocab_head(lm, ids, self.dtype, int8)
+        self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
+        self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
+
+    def _run(self, states: torch.Tensor, next_ids: list[int], start: int) -> torch.Tensor:
+        """The head's estimate of the state after the last of ``next_ids`` (1, hidden)."""
+        t0 = time.perf_counter()
+        embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
+        x = self.fc(torch.cat([embeds, states], -1).to(self.dtype))
+        out = self.stack.run(x[None], start)[0, -1:]
+        self.timer.forwards += 1
+        self.timer.forward_s += time.perf_counter() - t0
+        return out
+
+    def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
+        """Feed positions up to ``upto`` (exclusive) with the target's states; the last output, if any was fed."""
+        if upto <= 0:
+            return None
+        if len(self.target.ids) < upto or self.target.ids[:upto] != tokens[:upto]:
+            raise RuntimeError("the feature head drafts after the target has run on the committed tokens")
+        valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
+        valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
+        self.fed = tokens[1:upto + 1]
+        return self._run(self.target.features[valid:upto], tokens[valid + 1:upto + 1], valid)
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        start, n = time.perf_counter(), len(tokens) - 1
+        forwards, ids, qs = self.timer.forwards, [], []
+        state = self._catch_up(tokens, n) if gamma > 0 else None
+        while state is not None and len(ids) < gamma:
+            scores = self.score(state).float()
+            logits = scores.new_full((1, self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)[0]
+            q = sampler.probs(logits)
+            if stop is not None and stop(q):
+                break
+            ids.append(int(sampler.pick(logits, q)))
+            qs.append(q)
+            if len(ids) < gamma:
+                state = self._run(state, ids[-1:], n + len(ids) - 1)
+        work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * (time.perf_counter() - start))
+        return Draft(ids, torch.stack(qs) if qs else None, self.name, {"levels": [work]})
+
+    @torch.inference_mode()
+    def prefill(self, tokens: list[int]) -> None:
+        self._catch_up(tokens, len(tokens) - 2)
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        return len(tokens) >= 2

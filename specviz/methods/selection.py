@@ -1,0 +1,145 @@
+"""Draft selection: which drafter drafts this step (or none: a plain target step), and a length policy per drafter."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from specviz.core.drafters import Drafter, StopRule
+from specviz.methods.policies import GAMMA_MAX, History, LengthPolicy, ProbeSchedule, file_step, predicted_rates
+
+
+class PerDrafterPolicy(LengthPolicy):
+    """One length policy per drafter, built on first use, so that with draft selection each drafter's γ
+    is learnt from its own steps only (a shared history would mix an n-gram's acceptance with a model's)."""
+
+    def __init__(self, make: Callable[[], LengthPolicy]):
+        self.make, self.policies = make, {}
+        self.current: LengthPolicy | None = None
+        self.seen: list = []  # every step so far, for the target's timing in policies built later
+
+    @property
+    def name(self) -> str:
+        return self.current.name if self.current else "per-drafter"
+
+    @property
+    def stop_rule(self) -> StopRule | None:
+        return self.current.stop_rule if self.current else None
+
+    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+        if drafter.name not in self.policies:
+            self.policies[drafter.name] = self.make()
+            for event in self.seen:
+                self.policies[drafter.name].observe_target(event)
+        self.current = self.policies[drafter.name]
+        return self.current.choose(drafter, tokens)
+
+    def observe(self, event) -> None:
+        self.seen.append(event)
+        for name, policy in self.policies.items():  # the target's cost does not depend on who drafted
+            if name == event.drafter:
+                policy.observe(event)
+            else:
+                policy.observe_target(event)
+
+    def explain(self) -> dict | None:
+        return self.current.explain() if self.current else None
+
+
+class FirstDraft:
+    """Draft selector that always uses the first drafter."""
+
+    name = "single"
+
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
+        """The drafter of this step, or None for a plain target step."""
+        return drafters[0]
+
+    def observe(self, event) -> None:
+        pass
+
+    def explain(self) -> dict | None:
+        return None
+
+
+class OnlineSelector(FirstDraft):
+    """Pick the drafter with the best predicted throughput max_γ G(γ) (their draft-model selection).
+
+    Acceptance per drafter is the censored MLE over its own last ``h`` steps, shrunk towards its ``prior``
+    (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations; the target's
+    verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
+    (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
+    known once it has drafted. A drafter that has not drafted yet is explored only while it could still win:
+    at its prior acceptance (Acc_max without one) and free drafting, its best rate must reach the best
+    predicted rate of the drafters already measured (this is re-checked every step, so a drafter skipped
+    early is tried once the others falter). Then one plain step is taken, if none was yet, to time it. When no drafter's
+    best predicted rate beats a plain target step, the step is plain (``choose`` returns None), except on a
+    :class:`ProbeSchedule` (first after ``probe`` such steps), which lets the best drafter try again."""
+
+    name = "online-select"
+
+    def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = GAMMA_MAX,
+                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2):
+        self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
+        self.verify = History(h, acc_max)
+        self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
+        self.probes = ProbeSchedule(probe)
+        self.why: dict = {}
+
+    def acceptance(self, name: str) -> float | None:
+        return self.histories[name].acceptance(self.priors.get(name), self.prior_weight)
+
+    def predicted(self, drafter: Drafter) -> float | None:
+        acc, a_q, b_p = self.acceptance(drafter.name), self.histories[drafter.name].draft_ms_per_token(), self.verify.verify_model()
+        if acc is None or a_q is None or b_p is None:
+            return None
+        return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
+
+    def could_win(self, drafter: Drafter, best_measured: float | None) -> bool:
+        """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would reach
+        ``best_measured``, the best predicted rate of the drafters that have drafted (None: nothing measured yet)."""
+        b_p = self.verify.verify_model()
+        if best_measured is None or b_p is None:
+            return True
+        acc = self.priors.get(drafter.name, self.histories[drafter.name].acc_max)
+        return max(predicted_rates(acc, 0.0, b_p, self.gamma_max, 1).values()) >= best_measured
+
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
+        ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
+        self.why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
+        if not ready:
+            self.why.update(drafter=None, reason="no drafter has a proposal: plain step")
+            return None
+        drafters = ready
+        steps = {d.name: len(self.histories[d.name].drafted()) for d in drafters}
+        best_measured = None
+        if not all(steps.values()):  # someone has not drafted yet: is it worth a try?
+            best_measured = max((r for d in drafters if steps[d.name] and (r := self.predicted(d)) is not None), default=None)
+        fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, best_measured))]
+        fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
+        if fresh:
+            self.why.update(drafter=fresh[0].name, reason="exploring: too little history")
+            return fresh[0]
+        b_p = self.verify.verify_model()
+        if b_p is None or b_p.plain is None:
+            self.why.update(drafter=None, reason="timing a plain step: not measured yet")
+            return None
+        scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
+        best = max(drafters, key=lambda d: scores[d.name])
+        plain = 1e3 / b_p(0) if b_p(0) > 0 else 0.0
+        self.why.update(drafter=best.name, pred_tok_s={**scores, "plain": plain},
+                        acc={d.name: self.acceptance(d.name) for d in drafters}, reason="best predicted tokens/s")
+        if scores[best.name] >= plain:
+            self.probes.drafting()
+        elif self.probes.plain():
+            self.why["reason"] = "probe: plain for a while"
+        else:
+            self.why.update(drafter=None, reason="no drafter beats a plain step")
+            return None
+        return best
+
+    def observe(self, event) -> None:
+        file_step(event, self.histories, self.verify)
+
+    def explain(self) -> dict:
+        return self.why

@@ -1,0 +1,42 @@
+"""The backend boundary: what a loaded model runs on.
+
+Two entry points, and nothing else of this package is imported above it:
+- :func:`place` moves a freshly loaded model to its device and dtype and gives it that device's kernels
+  (on CPU: the fp32/bf16 autotune and the narrow GEMM / prepacked linears of :mod:`.cpu`);
+- :func:`cached_model` wraps a model in the cached-model contract of :mod:`specviz.core.cache`, on the
+  preallocated lean storage of :mod:`.lean` where the architecture allows, on transformers' ``DynamicCache``
+  otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.core.cache import CachedModel, LoadedModel
+from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears
+from specviz.models.backends.lean import LeanCachedModel
+
+
+def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.dtype | None = None) -> None:
+    """Move ``model`` (loaded from ``path``) to ``device`` in ``dtype`` (None: bfloat16 on CUDA, the faster
+    measured on CPU) with the device's kernels."""
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else fastest_cpu_dtype(path, model)
+    model.to(device=device, dtype=dtype)
+    if device.type == "cpu" and dtype == torch.float32:
+        pack_linears(model)
+
+
+def supports_lean(lm: LoadedModel) -> bool:
+    """Plain Llama: no biases, SiLU MLP, default RoPE, a single tensor-parallel slice."""
+    c = lm.model.config
+    rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    return (c.model_type == "llama" and not c.attention_bias and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
+            and getattr(c, "pretraining_tp", 1) == 1 and rope.get("rope_type", "default") == "default")
+
+
+def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False) -> CachedModel:
+    """The cached model a target or a draft runs on: the lean forward where the architecture allows (over the
+    model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and :func:`int8_kernels` says
+    they pay, which only a draft may ask), transformers' otherwise."""
+    return LeanCachedModel(lm, vocab_size, full_vocab, int8) if supports_lean(lm) else CachedModel(lm, vocab_size)

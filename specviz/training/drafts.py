@@ -1,0 +1,372 @@
+"""Distil small draft models from the offline target.
+
+    python -m specviz.train data --prompts 3000      # target answers + top-k probs -> assets/distill/data
+    python -m specviz.train fit --width 64 --layers 2 --out assets/models/smollm2-draft-s
+    python -m specviz.train vocab --size 16384 --out assets/models/smollm2-draft-s   # frequent-token head
+    python -m specviz.train head --out assets/models/smollm2-head   # feature-level head (specviz.feature_train)
+
+Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
+problems, code tasks and snippets, summaries of the target's own earlier answers, and slot-filled families
+of everyday questions, rewrites and creative tasks) with a seeded RNG; the target
+answers them greedily in batches through its chat template, and at every answer position we keep its
+top-k next-token probabilities. A draft is a standard ``LlamaForCausalLM`` whose tied embedding is
+initialised from the target's embedding projected on its top principal directions, trained with a
+distillation loss (cross-entropy against the target's renormalised top-k distribution) on answer
+positions only. The evaluation suites in ``assets/prompts`` are never used.
+
+``vocab`` ranks token ids by the target's top-k probability mass over the training answers and writes the
+most frequent ones to ``draft_vocab.json`` in a draft's directory: the engine's lean forward then projects
+the draft's last hidden state onto those rows of its output matrix only (as in FR-Spec), since for a draft
+of a few million parameters the 49,152-row projection is most of a forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specviz.analysis.suites import evaluation_texts
+from specviz.models.loading import DRAFT_VOCAB_FILE, load_model, load_tokenizer
+from specviz.models.paths import ASSETS
+from specviz.models.presets import GGUF_SOURCE
+
+RECIPE = ASSETS / "distill" / "recipe.json"
+
+
+def build_instructions(n: int, seed: int, passages: list[str] = (), fresh: Callable[[str], bool] = lambda text: True) -> list[str]:
+    """``n`` varied instructions from the recipe for which ``fresh`` holds; ``passages`` feed the summary templates."""
+    recipe = json.loads(RECIPE.read_text())
+    held_out = evaluation_texts()
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        kind = rng.random()
+        if kind < 0.10:
+            a, b = rng.randint(2, 40), rng.randint(2, 12)
+            text = rng.choice(recipe["math_templates"]).format(name=rng.choice(recipe["names"]), a=a, b=b, c=a + rng.randint(5, 60))
+        elif kind < 0.18:
+            text = rng.choice(recipe["code_templates"]).format(task=rng.choice(recipe["code_tasks"]))
+        elif kind < 0.24:
+            text = rng.choice(recipe["snippet_templates"]).format(snippet=rng.choice(recipe["code_snippets"]))
+        elif kind < 0.32 and passages:
+            text = rng.choice(recipe["summary_templates"]).format(passage=rng.choice(passages))
+        elif kind < 0.66:
+            family = rng.choice(recipe["families"])
+            text = rng.choice(family["templates"]).format(**{k: rng.choice(v) for k, v in family["slots"].items()})
+        else:
+            topic, topic2 = rng.sample(recipe["topics"], 2)
+            text = rng.choice(recipe["templates"]).format(topic=topic, topic2=topic2)
+        if text.strip() not in held_out and fresh(text):
+            out.append(text)
+    return out
+
+
+def without_evaluation_prompts(items: list, tok) -> list:
+    """Drop answers whose instruction is an evaluation prompt (shards made before the recipe excluded them)."""
+    held_out = evaluation_texts()
+
+    def leaked(prompt_ids) -> bool:
+        text = tok.decode(prompt_ids.tolist(), skip_special_tokens=True)
+        return any(h in text for h in held_out)
+
+    return [item for item in items if not leaked(item[0])]
+
+
+class TopKRecorder:
+    """A logits processor that keeps the target's top-k next-token probabilities at every step."""
+
+    def __init__(self, k: int):
+        self.k, self.ids, self.probs = k, [], []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        top = scores.float().softmax(-1).topk(self.k, dim=-1)
+        self.ids.append(top.indices.to(torch.int32))
+        self.probs.append(top.values.to(torch.float16))
+        return scores
+
+
+def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, seed: int,
+                  dtype: torch.dtype = torch.float32) -> None:
+    """Greedy answers of the target to ``n_prompts`` instructions, saved in shards as they finish. A bf16
+    target answers about twice as fast in large batches on AVX-512-bf16 CPUs; its answers are the target's
+    greedy text up to rounding, which is all the feature head needs (it learns from fp32 states recomputed on them)."""
+    from transformers import LogitsProcessorList
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(GGUF_SOURCE)
+    target = load_model(GGUF_SOURCE, dtype=dtype).model
+    passages: list[str] = []
+    done = len(list(out.glob("shard-*.npz")))
+    asked = {prompt_key(p) for p, *_ in load_data(out)}
+
+    def chat(instruction: str) -> str:
+        return tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True)
+
+    def fresh(instruction: str) -> bool:  # templates repeat: an instruction already answered teaches nothing new
+        key = prompt_key(tok(chat(instruction)).input_ids)
+        if key in asked:
+            return False
+        asked.add(key)
+        return True
+
+    start = time.time()
+    for shard in range(done, math.ceil(n_prompts / batch)):
+        chunk = build_instructions(batch, seed * 100_003 + shard, passages, fresh)
+        texts = [chat(p) for p in chunk]
+        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left")
+        rec = TopKRecorder(k)
+        with torch.inference_mode():
+            seqs = target.generate(**enc, do_sample=False, max_new_tokens=max_new, logits_processor=LogitsProcessorList([rec]),
+                                   pad_token_id=tok.pad_token_id)
+        gen = seqs[:, enc.input_ids.shape[1]:]
+        top_ids, top_p = torch.stack(rec.ids, 1), torch.stack(rec.probs, 1)
+        rows = []
+        for r in range(len(chunk)):
+            prompt_ids = enc.input_ids[r][enc.attention_mask[r].bool()].tolist()
+            g = gen[r].tolist()
+            n = g.index(tok.eos_token_id) + 1 if tok.eos_token_id in g else len(g)
+            rows.append((prompt_ids, g[:n], top_ids[r, :n].numpy(), top_p[r, :n].numpy()))
+            answer = tok.decode(g[:n], skip_special_tokens=True)
+            if 200 < len(answer) < 900:
+                passages.append(answer)
+        np.savez_compressed(out / f"shard-{shard:04d}.npz",
+                            prompt=np.array([np.array(r[0], np.int32) for r in rows], dtype=object),
+                            answer=np.array([np.array(r[1], np.int32) for r in rows], dtype=object),
+                            top_ids=np.array([r[2] for r in rows], dtype=object),
+                            top_p=np.array([r[3] for r in rows], dtype=object))
+        tokens = sum(len(r[1]) for r in rows)
+        print(f"shard {shard}: {len(rows)} answers, {tokens} tokens, {time.time() - start:.0f}s", flush=True)
+
+
+def prompt_key(prompt_ids) -> bytes:
+    """What identifies an instruction across shards: its chat-formatted prompt ids."""
+    return np.asarray(prompt_ids, np.int64).tobytes()
+
+
+def load_data(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """(prompt, answer, top-k ids, top-k probs) per answer, each instruction once: templates repeat, and a
+    held-out answer whose twin is in the training set would measure memory, not agreement."""
+    items, seen = [], set()
+    for shard in sorted(path.glob("shard-*.npz")):
+        d = np.load(shard, allow_pickle=True)
+        for item in zip(d["prompt"], d["answer"], d["top_ids"], d["top_p"]):
+            key = prompt_key(item[0])
+            if key not in seen:
+                seen.add(key)
+                items.append(item)
+    return items
+
+
+def make_draft(width: int, layers: int, heads: int, target) -> torch.nn.Module:
+    """A small Llama with the target's vocabulary and a PCA-projected copy of its embedding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tc = target.config
+    config = LlamaConfig(vocab_size=tc.vocab_size, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=tc.max_position_embeddings,
+                         rope_parameters=tc.rope_parameters, rms_norm_eps=tc.rms_norm_eps, tie_word_embeddings=True,
+                         bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+    draft = LlamaForCausalLM(config)
+    emb = target.get_input_embeddings().weight.detach().float()
+    _, _, v = torch.linalg.svd(emb - emb.mean(0), full_matrices=False)
+    proj = emb @ v[:width].T
+    draft.get_input_embeddings().weight.data.copy_(proj)
+    return draft
+
+
+def _batches(items, batch: int, rng: random.Random):
+    order = list(range(len(items)))
+    rng.shuffle(order)
+    for i in range(0, len(order) - batch + 1, batch):
+        yield [items[j] for j in order[i:i + batch]]
+
+
+def _collate(rows, max_len: int, pad: int):
+    """Token matrix, and for every position predicting an answer token: the target's top-k ids and probs."""
+    k = rows[0][2].shape[1]
+    seqs, tids, tps = [], [], []
+    for prompt, answer, top_ids, top_p in rows:
+        seq = np.concatenate([prompt, answer])[:max_len + 1]
+        ids = np.zeros((len(seq) - 1, k), np.int64)
+        ps = np.zeros((len(seq) - 1, k), np.float32)
+        a0 = len(prompt) - 1  # position whose next token is answer[0]
+        n = max(0, min(len(answer), len(seq) - 1 - a0))
+        ids[a0:a0 + n], ps[a0:a0 + n] = top_ids[:n], top_p[:n]
+        seqs.append(seq), tids.append(ids), tps.append(ps)
+    length = max(len(s) for s in seqs) - 1
+    x = torch.full((len(rows), length), pad, dtype=torch.long)
+    ti = torch.zeros((len(rows), length, k), dtype=torch.long)
+    tp = torch.zeros((len(rows), length, k))
+    for r, (s, i, p) in enumerate(zip(seqs, tids, tps)):
+        x[r, :len(s) - 1] = torch.from_numpy(s[:-1].astype(np.int64))
+        ti[r, :len(i)], tp[r, :len(p)] = torch.from_numpy(i), torch.from_numpy(p)
+    return x, ti, tp
+
+
+def distill_loss(draft, x: torch.Tensor, top_ids: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the target's renormalised top-k distribution, over answer positions only
+    (the vocabulary projection, most of the cost, runs on those positions alone)."""
+    mask = top_p.sum(-1) > 0
+    hidden = draft.model(input_ids=x).last_hidden_state[mask]
+    logp = draft.lm_head(hidden).float().log_softmax(-1).gather(-1, top_ids[mask])
+    target = top_p[mask] / top_p[mask].sum(-1, keepdim=True)
+    return -(target * logp).sum(-1).mean()
+
+
+def fit(data: Path, out: Path, width: int, layers: int, heads: int, epochs: float, batch: int, lr: float, max_len: int,
+        seed: int, minutes: float) -> None:
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    tok = load_tokenizer(GGUF_SOURCE)
+    held, train = split_heldout(without_evaluation_prompts(load_data(data), tok))
+    if len(train) < batch:
+        raise SystemExit(f"{len(train)} training answers in {data}: fewer than one batch of {batch}; generate more with `data`")
+    target = load_model(GGUF_SOURCE, dtype=torch.float32).model
+    draft = make_draft(width, layers, heads, target)
+    del target
+    n_tokens = sum(len(a) for _, a, _, _ in train)
+    steps = max(1, int(epochs * len(train) / batch))
+    print(f"{len(train)} answers, {n_tokens} answer tokens; {sum(p.numel() for p in draft.parameters())} params; {steps} steps", flush=True)
+    opt = torch.optim.AdamW(draft.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, steps // 20)
+    start, step = time.time(), 0
+
+    def lr_scale(s: int) -> float:
+        # cosine over whichever budget runs out first, so a time-capped run still anneals
+        progress = min(1.0, max(s / steps, (time.time() - start) / (max(minutes, 1e-6) * 60)))
+        return min(1.0, (s + 1) / warmup) * (1 + math.cos(math.pi * progress)) / 2
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_scale)
+    while step < steps and (time.time() - start) < minutes * 60:
+        for rows in _batches(train, batch, rng):
+            x, ti, tp = _collate(rows, max_len, tok.pad_token_id)
+            loss = distill_loss(draft, x, ti, tp)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            if step % 10 == 0:
+                print(f"step {step}/{steps} loss {loss.item():.3f} {time.time() - start:.0f}s", flush=True)
+            if step >= steps or (time.time() - start) >= minutes * 60:
+                break
+    report = evaluate_draft(draft, held, tok.pad_token_id)
+    minutes_used = (time.time() - start) / 60
+    report.update(width=width, layers=layers, steps=step, train_answers=len(train), train_tokens=n_tokens, minutes=minutes_used)
+    out.mkdir(parents=True, exist_ok=True)
+    draft.to(torch.bfloat16).save_pretrained(out)
+    (out / "specviz.json").write_text(json.dumps({"target": "smollm2-offline", "tokenizer": "target", "training": report}, indent=1))
+    print(json.dumps(report), flush=True)
+
+
+def split_heldout(items: list) -> tuple[list, list]:
+    """The first 2 % of the answers (at least 8, at most 30) are held out from training and from the draft
+    vocabulary; the cap keeps the held-out set fixed as later data rounds add answers."""
+    n = min(30, max(8, len(items) // 50))
+    return items[:n], items[n:]
+
+
+def rank_tokens(items: list) -> list[int]:
+    """Token ids by the target's top-k probability mass at answer positions, most frequent first."""
+    pairs = [(np.asarray(ids, np.int64).reshape(-1), np.asarray(probs, np.float64).reshape(-1)) for _, _, ids, probs in items]
+    mass = np.zeros(1 + max(int(ids.max()) for ids, _ in pairs))
+    for ids, probs in pairs:
+        np.add.at(mass, ids, probs)
+    order = np.argsort(-mass, kind="stable")
+    return order[mass[order] > 0].tolist()
+
+
+def write_draft_vocab(data: Path, outs: list[Path], size: int) -> dict:
+    """Rank tokens on the training answers, measure how many held-out answer tokens the top ``size`` cover,
+    and write the ids (ascending) to each draft directory."""
+    tok = load_tokenizer(GGUF_SOURCE)
+    held, train = split_heldout(without_evaluation_prompts(load_data(data), tok))
+    chosen = rank_tokens(train)[:size]
+    if len(chosen) < size:
+        raise SystemExit(f"only {len(chosen)} distinct tokens in the top-k data of {data}; choose --size <= {len(chosen)}")
+    held_tokens = np.concatenate([np.asarray(answer, np.int64) for _, answer, _, _ in held])
+    report = {"size": size, "ranked_by": f"the target's top-k probability mass over {sum(len(a) for _, a, _, _ in train)} "
+                                        f"answer positions of {len(train)} training answers",
+              "heldout_coverage": float(np.isin(held_tokens, chosen).mean()), "heldout_tokens": len(held_tokens)}
+    for out in outs:
+        (out / DRAFT_VOCAB_FILE).write_text(json.dumps({**report, "ids": sorted(chosen)}))
+    return report
+
+
+@torch.inference_mode()
+def evaluate_draft(draft: torch.nn.Module, held, pad: int) -> dict:
+    """Top-1 agreement with the target's greedy token on held-out answers (the greedy acceptance rate)."""
+    agree = total = 0
+    for i in range(0, len(held), 8):
+        x, ti, tp = _collate(held[i:i + 8], 1024, pad)
+        mask = tp.sum(-1) > 0
+        pred = draft(x).logits.argmax(-1)
+        agree += (pred[mask] == ti[..., 0][mask]).sum().item()
+        total += mask.sum().item()
+    return {"heldout_top1_agreement": agree / max(total, 1), "heldout_tokens": total}
+
+
+def _trainer(sub, name: str, help: str, minutes: float, batch: int, lr: float) -> argparse.ArgumentParser:
+    """A training subcommand with the options every trainer takes."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--minutes", type=float, default=minutes)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--max-len", type=int, default=384)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("data", help="generate the target's answers and top-k probabilities")
+    d.add_argument("--out", type=Path, default=ASSETS / "distill" / "data")
+    d.add_argument("--prompts", type=int, default=3000)
+    d.add_argument("--batch", type=int, default=32)
+    d.add_argument("--max-new-tokens", type=int, default=160)
+    d.add_argument("--topk", type=int, default=8)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the target's dtype while answering")
+    f = _trainer(sub, "fit", "train one draft on the generated data", minutes=60, batch=16, lr=3e-3)
+    f.add_argument("--width", type=int, default=64)
+    f.add_argument("--layers", type=int, default=2)
+    f.add_argument("--heads", type=int, default=4)
+    f.add_argument("--epochs", type=float, default=3)
+    v = sub.add_parser("vocab", help="write the draft vocabulary (most frequent target tokens) next to drafts")
+    v.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
+    v.add_argument("--out", type=Path, nargs="+", required=True, help="draft directories")
+    v.add_argument("--size", type=int, default=16384)
+    h = _trainer(sub, "head", "train the feature-level draft head (EAGLE) on the generated data", minutes=30, batch=8, lr=1e-3)
+    h.add_argument("--vocab-size", type=int, default=8192)
+    h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
+    h.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's states")
+    h.add_argument("--init", type=Path, help="continue training this head instead of starting from scratch")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if a.cmd == "data":
+        generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed, getattr(torch, a.dtype))
+    elif a.cmd == "head":
+        from specviz.training.feature_head import fit_head
+
+        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.noise, a.seed, a.init)))
+    elif a.cmd == "vocab":
+        print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
+    else:
+        fit(a.data, a.out, a.width, a.layers, a.heads, a.epochs, a.batch, a.lr, a.max_len, a.seed, a.minutes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
