@@ -30,14 +30,14 @@ import torch
 import transformers
 
 from specviz.bench.harness import hf_assisted_generate, markdown, rotations
-from specviz.core.cache import CachedModel
+from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import Clock, StepEvent, decode
 from specviz.core.metrics import summarize
+from specviz.core.policy import LengthPolicy
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head
-from specviz.methods.policies import LengthPolicy
 from specviz.models.backends import cached_model
-from specviz.models.loading import LoadedModel, load_model, pick_device
+from specviz.models.loading import load_model, pick_device
 
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                     num_key_value_heads=3, tie_word_embeddings=True, rope_theta=100000.0, rms_norm_eps=1e-5,

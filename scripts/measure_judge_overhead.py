@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from specviz.methods.judge import JudgeHead, default_head_path  # noqa: E402
+from specviz.models.backends import cached_model
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig  # noqa: E402
 from specviz.runtime.prepare import prepare  # noqa: E402
@@ -24,18 +25,20 @@ REPEATS, GAMMA = 200, 4
 
 def main() -> None:
     run = prepare(DecodeConfig(method="ar", max_new_tokens=8), "Explain why the sky is blue.", ModelBank())
-    target, lm = run.target, run.target.lm
+    lm = run.target.lm
+    models = {capture: cached_model(lm, run.target.vocab_size, prenorm=capture) for capture in (False, True)}
     head = JudgeHead.load(default_head_path(lm.name), lm.name, lm.model.config.hidden_size)
     tokens = run.prompt_ids + [42] * GAMMA
     draft_ids = torch.tensor(tokens[-GAMMA:])
-    target.prefill(run.prompt_ids)
+    for target in models.values():
+        target.prefill(run.prompt_ids)
     plain, judged = [], []
     for i in range(REPEATS):
         for capture in ((False, True) if i % 2 else (True, False)):
             start = time.perf_counter()
-            logits = target.forward(tokens, keep=GAMMA + 1, capture=capture)
+            verified = models[capture].forward(tokens, keep=GAMMA + 1)
             if capture:  # as JudgeRule does: states with the drafts as inputs, the rows that predicted them
-                head.score(head.inputs(target.prenorm[1:], logits[:GAMMA], draft_ids)).tolist()
+                head.score(head.inputs(verified.prenorm[1:], verified.logits[:GAMMA], draft_ids)).tolist()
             (judged if capture else plain).append(time.perf_counter() - start)
     base, extra = statistics.median(plain), statistics.median(judged) - statistics.median(plain)
     line = (f"Verify forward of {GAMMA + 1} tokens on `{lm.name}` ({torch.get_num_threads()} threads, {REPEATS} interleaved "

@@ -28,7 +28,9 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
-from specviz.methods.policies import POLICIES, ConfidencePolicy, LengthPolicy, OnlinePolicy
+from specviz.core.policy import LengthPolicy
+from specviz.core.registry import GAMMA_POLICIES
+from specviz.methods.policies import ConfidencePolicy, OnlinePolicy
 from specviz.runtime.config import DecodeConfig
 
 MATCHES = Path("results/policy_sim_matches.json")
@@ -50,8 +52,9 @@ def record() -> None:
         run = prepare(config, item["prompt"], bank)
         answer = [t for e in run.events() for t in e.emitted_ids][:NEW_TOKENS]
         tokens = run.prompt_ids + answer
-        run.target.forward(tokens, keep=1)  # the target's states at every answer position
-        drafter, greedy = run.drafters[0], Sampler(0.0, 1.0, 0, run.target.lm.device)
+        drafter = run.drafters[0]
+        drafter.observe(run.target.forward(tokens, keep=1))  # the target's states at every answer position
+        greedy =  Sampler(0.0, 1.0, 0, run.target.lm.device)
         lengths, confidences = [], []
         for t in range(len(answer)):
             draft = drafter.propose(tokens[:len(run.prompt_ids) + t], DEPTH, greedy)
@@ -137,8 +140,8 @@ def stopping(policy, threshold: float):
 def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) -> None:
     rows, cost = json.loads(MATCHES.read_text()), cost_model()
     start = DecodeConfig.gamma  # every adaptive policy starts where the CLI's would
-    makers = {f"fixed γ={g}": (lambda row, g=g: POLICIES["fixed"](g)) for g in range(1, 9)}
-    makers |= {name: (lambda row, name=name: POLICIES[name](start)) for name in ("fsm", "hf-heuristic", "online")}
+    makers = {f"fixed γ={g}": (lambda row, g=g: GAMMA_POLICIES["fixed"](g)) for g in range(1, 9)}
+    makers |= {name: (lambda row, name=name: GAMMA_POLICIES[name](start)) for name in ("fsm", "hf-heuristic", "online")}
     makers |= {f"online h={h}": (lambda row, h=h: OnlinePolicy(start, h=h)) for h in (5, 10, 40)}
     makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(start, prior_weight=w)) for w in (0, 2, 4)}  # default ×1
     makers |= {f"online prior = predicted acceptance ×{w}":
@@ -146,7 +149,7 @@ def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) 
                for w in (1, 2, 4)}
     makers |= {f"confidence τ={t}": (lambda row, t=t: ConfidencePolicy(threshold=t)) for t in (0.2, 0.3, 0.4, 0.5)}
     makers |= {f"online + stop τ={t}": (lambda row, t=t: stopping(OnlinePolicy(start), t)) for t in (0.2, 0.3, 0.4)}
-    makers |= {f"fixed γ={g} + stop τ={t}": (lambda row, g=g, t=t: stopping(POLICIES["fixed"](g), t))
+    makers |= {f"fixed γ={g} + stop τ={t}": (lambda row, g=g, t=t: stopping(GAMMA_POLICIES["fixed"](g), t))
                for g in (3, 4, 6) for t in (0.2, 0.3)}
     makers["clairvoyant (γ = the accepted length)"] = lambda row: Clairvoyant(row["L"])
     rates = {name: [] for name in makers}

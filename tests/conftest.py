@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from specviz.models.loading import LoadedModel  # noqa: E402
+from specviz.core.cache import LoadedModel  # noqa: E402
 
 if os.environ.get("SPECVIZ_TEST_DEVICE"):
     torch.set_default_device(os.environ["SPECVIZ_TEST_DEVICE"])

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from specviz.core.acceptance import ExactRule, LenientRule, TopKRule, first_false, residual
-from specviz.core.cache import CachedModel
 from specviz.core.drafters import Draft, ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.hidden import prenorm_states
+from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler, top_p_filter
 from specviz.methods.judge import JudgeHead, JudgeRule
-from specviz.methods.policies import LengthPolicy
+from specviz.models.backends import cached_model
 from tests.conftest import chi_square_p, seeded
 
 V = 6
@@ -87,7 +87,7 @@ def test_speculative_sampling_matches_target_on_a_model(small_vocab_pair, temper
     counts = torch.zeros_like(joint)
     n = 1500
     for seed in range(n):
-        events = decode(CachedModel(target), prompt, drafters=[ModelDrafter(CachedModel(draft))],
+        events = decode(cached_model(target), prompt, drafters=[ModelDrafter(cached_model(draft))],
                         policy=LengthPolicy(3), sampler=Sampler(temperature, top_p, seed), max_new_tokens=2)
         t1, t2 = [t for e in events for t in e.emitted_ids][:2]
         counts[t1 * target.vocab_size + t2] += 1
@@ -108,8 +108,8 @@ def RandomHead(hidden: int, bias: float = 0.0, scale: float = 1.0, confidence: b
 
 
 def relaxed_run(target, draft, rule, temperature, seed=0, n=24):
-    events = list(decode(CachedModel(target), [5, 17, 3, 9], drafters=[ModelDrafter(CachedModel(draft))], rule=rule,
-                         policy=LengthPolicy(4), sampler=Sampler(temperature, 1.0, seed), max_new_tokens=n))
+    events = list(decode(cached_model(target, prenorm=rule.needs_states), [5, 17, 3, 9], drafters=[ModelDrafter(cached_model(draft))],
+                         rule=rule, policy=LengthPolicy(4), sampler=Sampler(temperature, 1.0, seed), max_new_tokens=n))
     return [t for e in events for t in e.emitted_ids], events
 
 

@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from specviz.analysis.theory import run_theory
-from specviz.core.cache import CachedModel
 from specviz.core.drafters import ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
+from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.chain import StagedDrafter, build_chain
-from specviz.methods.policies import LengthPolicy, make_policy
+from specviz.methods.policies import make_policy
+from specviz.models.backends import cached_model
 from tests.conftest import chi_square_p, tiny_llama
 from tests.test_acceptance import exact_two_token_joint
 from tests.test_engine import PROMPTS, reference
@@ -23,12 +24,12 @@ def tiny_middle():
 def chain_of(kind: str, target, draft, middle, level_gamma: int):
     verifiers = {"ngram→draft": [draft], "draft→middle": [middle], "ngram→draft→middle": [draft, middle],
                  "draft→target-copy": [target]}[kind]
-    bottom = NGramDrafter() if kind.startswith("ngram") else ModelDrafter(CachedModel(draft))
-    return build_chain(bottom, [CachedModel(v) for v in verifiers], level_gamma)
+    bottom = NGramDrafter() if kind.startswith("ngram") else ModelDrafter(cached_model(draft))
+    return build_chain(bottom, [cached_model(v) for v in verifiers], level_gamma)
 
 
 def run_chain(target, drafter, prompt, n, policy, sampler=None):
-    events = list(decode(CachedModel(target), prompt, drafters=[drafter], policy=policy, sampler=sampler or Sampler(), max_new_tokens=n))
+    events = list(decode(cached_model(target), prompt, drafters=[drafter], policy=policy, sampler=sampler or Sampler(), max_new_tokens=n))
     return [t for e in events for t in e.emitted_ids], events
 
 
@@ -76,7 +77,7 @@ def test_levels_report_the_work_of_each_model(tiny_target, tiny_draft, tiny_midd
 
 
 def test_staged_drafter_block_never_exceeds_mu(tiny_target, tiny_draft):
-    drafter = StagedDrafter(ModelDrafter(CachedModel(tiny_draft)), CachedModel(tiny_target), level_gamma=4)
+    drafter = StagedDrafter(ModelDrafter(cached_model(tiny_draft)), cached_model(tiny_target), level_gamma=4)
     for mu in range(1, 8):
         draft = drafter.propose(PROMPTS[0], mu, Sampler())
         assert 1 <= len(draft.ids) <= mu and draft.q.shape == (len(draft.ids), tiny_target.vocab_size)
@@ -91,7 +92,7 @@ def test_chain_sampling_matches_target_distribution(small_vocab_pair):
     joint = exact_two_token_joint(target, prompt, 1.0, 1.0).flatten()
     counts = torch.zeros_like(joint)
     for seed in range(n):
-        chain = build_chain(ModelDrafter(CachedModel(bottom)), [CachedModel(draft)], level_gamma=2)
+        chain = build_chain(ModelDrafter(cached_model(bottom)), [cached_model(draft)], level_gamma=2)
         out, _ = run_chain(target, chain, prompt, 2, LengthPolicy(3), Sampler(1.0, 1.0, seed))
         counts[out[0] * target.vocab_size + out[1]] += 1
     keep = joint * n >= 5

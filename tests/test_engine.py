@@ -8,8 +8,9 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import ModelDrafter, NGramDrafter, lookup_continuation
 from specviz.core.engine import decode
 from specviz.core.metrics import summarize
+from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
-from specviz.methods.policies import LengthPolicy
+from specviz.models.backends import cached_model
 
 
 def reference(lm, prompt, n):
@@ -20,7 +21,7 @@ def reference(lm, prompt, n):
 
 
 def run(lm, prompt, n, drafters=(), gamma=0, stop_ids=()):
-    events = list(decode(CachedModel(lm), prompt, drafters=list(drafters), rule=ExactRule(), policy=LengthPolicy(gamma),
+    events = list(decode(cached_model(lm), prompt, drafters=list(drafters), rule=ExactRule(), policy=LengthPolicy(gamma),
                          sampler=Sampler(), max_new_tokens=n, stop_ids=stop_ids))
     return [t for e in events for t in e.emitted_ids], events
 
@@ -39,8 +40,8 @@ def test_ar_matches_generate(tiny_target, prompt):
 @pytest.mark.parametrize("which", ["other", "self", "ngram"])
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_sd_matches_generate(tiny_target, tiny_draft, which, gamma, prompt):
-    drafter = {"other": lambda: ModelDrafter(CachedModel(tiny_draft)),
-               "self": lambda: ModelDrafter(CachedModel(tiny_target)),
+    drafter = {"other": lambda: ModelDrafter(cached_model(tiny_draft)),
+               "self": lambda: ModelDrafter(cached_model(tiny_target)),
                "ngram": lambda: NGramDrafter()}[which]()
     out, events = run(tiny_target, prompt, 40, [drafter], gamma)
     assert out == reference(tiny_target, prompt, 40)
@@ -53,7 +54,7 @@ def test_sd_matches_generate(tiny_target, tiny_draft, which, gamma, prompt):
 def test_stop_token_ends_generation(tiny_target):
     full, _ = run(tiny_target, PROMPTS[0], 30)
     stop = full[7]
-    out, _ = run(tiny_target, PROMPTS[0], 30, [ModelDrafter(CachedModel(tiny_target))], 4, stop_ids=[stop])
+    out, _ = run(tiny_target, PROMPTS[0], 30, [ModelDrafter(cached_model(tiny_target))], 4, stop_ids=[stop])
     assert out == full[: full.index(stop) + 1]
 
 
@@ -64,14 +65,14 @@ def test_caches_roll_back_to_committed_prefix(tiny_target, tiny_draft):
         tokens += event.emitted_ids
         # the target holds every committed token but the last; neither model keeps rejected drafts
         assert target.ids[: len(tokens) - 1] == tokens[:-1]
-        assert target.cache.get_seq_length() == len(target.ids)
-        assert draft.cache.get_seq_length() == len(draft.ids)
+        assert target.storage.cache.get_seq_length() == len(target.ids)
+        assert draft.storage.cache.get_seq_length() == len(draft.ids)
     target.forward(tokens, keep=1)
-    assert target.ids == tokens and target.cache.get_seq_length() == len(tokens)
+    assert target.ids == tokens and target.storage.cache.get_seq_length() == len(tokens)
 
 
 def test_events_account_for_time(tiny_target, tiny_draft):
-    _, events = run(tiny_target, PROMPTS[3], 20, [ModelDrafter(CachedModel(tiny_draft))], 3)
+    _, events = run(tiny_target, PROMPTS[3], 20, [ModelDrafter(cached_model(tiny_draft))], 3)
     for e in events:
         assert e.total_ms >= e.draft_ms + e.verify_ms - 1e-6
         assert 0 < e.forward_ms <= e.total_ms

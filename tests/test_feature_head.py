@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from specviz.core.cache import CachedModel
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
+from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head
-from specviz.methods.policies import LengthPolicy
-from specviz.models.backends.lean import LeanCachedModel
+from specviz.models.backends import cached_model
 
 from .test_engine import PROMPTS, reference
 
@@ -38,10 +38,10 @@ def expected_drafts(lm, head: FeatureHead, tokens: list[int], gamma: int, vocab:
     return drafts
 
 
-@pytest.mark.parametrize("cached", [CachedModel, LeanCachedModel])
+@pytest.mark.parametrize("cached", [CachedModel, cached_model])
 def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, cached):
     head, vocab = random_head(tiny_target), list(range(0, 96, 3))
-    target = cached(tiny_target)
+    target = cached(tiny_target, features=True)
     drafter = FeatureDrafter(head, target, vocab)
     events = list(decode(target, PROMPTS[3], drafters=[drafter], policy=LengthPolicy(4), max_new_tokens=30))
     assert any(e.accepted < e.gamma for e in events)  # some drafts were rejected and rolled back
@@ -55,7 +55,7 @@ def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, ca
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, prompt, dtype):
-    target = LeanCachedModel(tiny_target)
+    target = cached_model(tiny_target, features=True)
     drafter = FeatureDrafter(random_head(tiny_target, gamma).to(dtype), target, None)
     events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
@@ -63,7 +63,7 @@ def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, promp
 
 
 def test_a_one_token_prompt_starts_drafting_after_the_first_step(tiny_target):
-    target = CachedModel(tiny_target)
+    target = cached_model(tiny_target, features=True)
     drafter = FeatureDrafter(random_head(tiny_target), target, None)
     events = list(decode(target, [42], drafters=[drafter], policy=LengthPolicy(3), max_new_tokens=10))
     assert events[0].draft_ids == [] and all(len(e.draft_ids) > 0 for e in events[1:-1])
@@ -71,16 +71,18 @@ def test_a_one_token_prompt_starts_drafting_after_the_first_step(tiny_target):
 
 def test_sampled_drafts_come_from_their_q_on_the_draft_vocabulary(tiny_target):
     vocab = list(range(0, 96, 2))
-    target = LeanCachedModel(tiny_target)
+    target = cached_model(tiny_target, features=True)
     drafter = FeatureDrafter(random_head(tiny_target), target, vocab)
-    target.forward(PROMPTS[0][:-1])
+    drafter.observe(target.forward(PROMPTS[0][:-1]))
     draft = drafter.propose(PROMPTS[0], 5, Sampler(1.0, 1.0, seed=3))
     torch.testing.assert_close(draft.q[:, vocab].sum(-1), torch.ones(5))
     assert all(t in vocab and q > 0 for t, q in zip(draft.ids, draft.q_of_ids()))
 
 
 def test_the_drafter_must_see_every_target_state(tiny_target):
-    target = CachedModel(tiny_target)
+    with pytest.raises(ValueError, match="build the target with features=True"):
+        FeatureDrafter(random_head(tiny_target), cached_model(tiny_target), None)
+    target = cached_model(tiny_target, features=True)
     target.forward(PROMPTS[0])
     with pytest.raises(ValueError, match="before the target's first forward"):
         FeatureDrafter(random_head(tiny_target), target, None)

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from specviz.core.cache import LoadedModel
 from specviz.methods.feature_head import FeatureHead, load_head
-from specviz.models.loading import LoadedModel
 from specviz.training import feature_head as feature_train
 from specviz.training.feature_head import _batch, head_losses, sequences, target_features
 from tests.conftest import random_prompts, target_answers

@@ -3,15 +3,14 @@
 import pytest
 import torch
 
-from specviz.core.cache import CachedModel
+from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
+from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
-from specviz.methods.policies import LengthPolicy
 from specviz.models.backends import cached_model, supports_lean
 from specviz.models.backends.cpu import int8_kernels, int8_linear, pack_linears, quantize_rows
-from specviz.models.backends.lean import LeanCachedModel
-from specviz.models.loading import LoadedModel
+from specviz.models.backends.lean import LeanStorage
 from tests.conftest import seeded, tiny_llama
 from tests.test_engine import reference
 
@@ -30,9 +29,9 @@ def _feeds(seed: int) -> list[tuple[list[int], int]]:
 def test_lean_forward_matches_transformers(dtype, kv_heads):
     lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=5, init_std=0.2, heads=4, kv_heads=kv_heads)  # kv_heads 2: grouped queries
     lm.model.to(dtype)
-    hf, lean = CachedModel(lm), LeanCachedModel(lm)
+    hf, lean = CachedModel(lm), cached_model(lm)
     for tokens, keep in _feeds(0):
-        a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
+        a, b = hf.forward(tokens, keep).logits, lean.forward(tokens, keep).logits
         tol = 1e-5 if dtype == torch.float32 else 3e-2
         torch.testing.assert_close(b.float(), a.float(), atol=tol, rtol=0)
         assert lean.ids == hf.ids == tokens
@@ -44,43 +43,42 @@ def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transform
     """What keeps the target exact: the engine's greedy tokens match ``generate`` only if its logits do."""
     lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=6, init_std=0.2, heads=4, kv_heads=2)
     pack_linears(lm.model)
-    hf, lean = CachedModel(lm), LeanCachedModel(lm)
+    hf, lean = CachedModel(lm, prenorm=True), cached_model(lm, prenorm=True)
     for tokens, keep in _feeds(3):
-        a, b = hf.forward(tokens, keep, capture=True), lean.forward(tokens, keep, capture=True)
-        assert torch.equal(a, b) and torch.equal(hf.prenorm, lean.prenorm)
-    lean.forward(list(range(12)), 2)
-    assert lean.prenorm is None
+        a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
+        assert torch.equal(a.logits, b.logits) and torch.equal(a.prenorm, b.prenorm)
+    assert cached_model(lm).forward(list(range(12)), 2).prenorm is None
 
 
 def test_runs_on_one_model_share_its_prepared_layers(tiny_draft):
-    a, b = LeanCachedModel(tiny_draft), LeanCachedModel(tiny_draft)
-    assert a.stack.layers is b.stack.layers  # fused weights are concatenated once per model, not once per request
+    a, b = cached_model(tiny_draft), cached_model(tiny_draft)
+    assert a.storage.stack.layers is b.storage.stack.layers  # fused weights are concatenated once per model, not once per request
     a.forward(list(range(8)))
-    assert b.ids == [] and b.stack.k is None  # caches stay per run
+    assert b.ids == [] and b.storage.stack.k is None  # caches stay per run
     lm = tiny_llama(vocab=96, hidden=32, layers=1, seed=8, init_std=0.2)
-    before = LeanCachedModel(lm).stack.layers
+    before = cached_model(lm).storage.stack.layers
     lm.model.to(torch.bfloat16)
-    moved = LeanCachedModel(lm)
-    assert moved.stack.layers is not before and moved.forward(list(range(8))).dtype == torch.bfloat16
+    moved = cached_model(lm)
+    assert moved.storage.stack.layers is not before and moved.forward(list(range(8))).logits.dtype == torch.bfloat16
 
 
 def test_the_cache_grows_past_its_first_reservation(tiny_draft):
-    hf, lean = CachedModel(tiny_draft), LeanCachedModel(tiny_draft)
+    hf, lean = CachedModel(tiny_draft), cached_model(tiny_draft)
     tokens = torch.randint(0, 96, (300,), generator=seeded(1)).tolist()
-    torch.testing.assert_close(lean.forward(tokens[:250], 2), hf.forward(tokens[:250], 2), atol=1e-5, rtol=0)
-    torch.testing.assert_close(lean.forward(tokens, 1), hf.forward(tokens, 1), atol=1e-5, rtol=0)
-    assert lean.stack.k.shape[3] >= 300
+    torch.testing.assert_close(lean.forward(tokens[:250], 2).logits, hf.forward(tokens[:250], 2).logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(lean.forward(tokens, 1).logits, hf.forward(tokens, 1).logits, atol=1e-5, rtol=0)
+    assert lean.storage.stack.k.shape[3] >= 300
 
 
 def test_lean_drafts_equal_transformers_drafts_and_stay_lossless(tiny_target, tiny_draft):
     prompt = [5, 17, 33, 2, 60, 41]
     runs = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=LengthPolicy(4),
                         max_new_tokens=24))
-            for make in (CachedModel, LeanCachedModel)]
+            for make in (CachedModel, cached_model)]
     assert [(e.draft_ids, e.emitted_ids) for e in runs[0]] == [(e.draft_ids, e.emitted_ids) for e in runs[1]]
     assert sum(len(e.draft_ids) for e in runs[0]) >= 20
     sampled = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=LengthPolicy(4),
-                           sampler=Sampler(1.0, 1.0, seed=3), max_new_tokens=24)) for make in (CachedModel, LeanCachedModel)]
+                           sampler=Sampler(1.0, 1.0, seed=3), max_new_tokens=24)) for make in (CachedModel, cached_model)]
     assert [e.emitted_ids for e in sampled[0]] == [e.emitted_ids for e in sampled[1]]
 
 
@@ -91,18 +89,19 @@ def with_draft_vocab(lm, ids):
 def test_a_draft_vocabulary_scores_only_its_tokens(tiny_draft):
     ids = list(range(0, 96, 3))
     restricted = with_draft_vocab(tiny_draft, ids + [500])  # ids past the vocab are dropped
-    hf, lean = CachedModel(tiny_draft), LeanCachedModel(restricted, full_vocab=False)
+    hf, lean = CachedModel(tiny_draft), cached_model(restricted, full_vocab=False)
     for tokens, keep in _feeds(2):
-        a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
+        a, b = hf.forward(tokens, keep).logits, lean.forward(tokens, keep).logits
         assert b.shape == a.shape
         torch.testing.assert_close(b[:, ids], a[:, ids], atol=1e-5, rtol=0)
         outside = torch.ones(96, dtype=torch.bool)
         outside[ids] = False
         assert torch.isneginf(b[:, outside]).all()
-    full = LeanCachedModel(with_draft_vocab(tiny_draft, ids), full_vocab=True)
-    torch.testing.assert_close(full.forward(list(range(10)), 2), CachedModel(tiny_draft).forward(list(range(10)), 2), atol=1e-5, rtol=0)
-    assert cached_model(with_draft_vocab(tiny_draft, ids)).head_ids is None  # a target never restricts its vocabulary
-    assert torch.equal(cached_model(with_draft_vocab(tiny_draft, ids), full_vocab=False).head_ids, torch.tensor(ids))
+    full = cached_model(with_draft_vocab(tiny_draft, ids), full_vocab=True)
+    torch.testing.assert_close(full.forward(list(range(10)), 2).logits, CachedModel(tiny_draft).forward(list(range(10)), 2).logits,
+                               atol=1e-5, rtol=0)
+    assert cached_model(with_draft_vocab(tiny_draft, ids)).storage.head_ids is None  # a target never restricts its vocabulary
+    assert torch.equal(cached_model(with_draft_vocab(tiny_draft, ids), full_vocab=False).storage.head_ids, torch.tensor(ids))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -111,13 +110,13 @@ def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_los
     text is still the target's own."""
     ids = list(range(0, 96, 2))
     prompt = [5, 17, 33, 2, 60, 41]
-    drafter = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids), full_vocab=False))
+    drafter = ModelDrafter(cached_model(with_draft_vocab(tiny_target, ids), full_vocab=False))
     events = list(decode(CachedModel(tiny_target), prompt, drafters=[drafter], policy=LengthPolicy(4),
                        sampler=Sampler(temperature, 1.0, seed=4), max_new_tokens=40))
     assert all(t in ids for e in events for t in e.draft_ids) and sum(e.accepted for e in events) >= 10
     emitted = [t for e in events for t in e.emitted_ids]
     assert any(t not in ids for t in emitted)  # the target still emits tokens the draft cannot propose
-    drafter = ModelDrafter(LeanCachedModel(with_draft_vocab(tiny_target, ids), full_vocab=False))
+    drafter = ModelDrafter(cached_model(with_draft_vocab(tiny_target, ids), full_vocab=False))
     q = drafter.propose(prompt, 4, Sampler(temperature, 1.0, seed=1)).q
     torch.testing.assert_close(q[:, ids].sum(-1), torch.ones(4))  # q lives on the draft vocabulary: what it samples from
     if temperature == 0:
@@ -126,7 +125,7 @@ def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_los
 
 
 def test_unsupported_architectures_keep_the_transformers_forward(tiny_draft):
-    assert supports_lean(tiny_draft) and isinstance(cached_model(tiny_draft), LeanCachedModel)
+    assert supports_lean(tiny_draft) and isinstance(cached_model(tiny_draft).storage, LeanStorage)
     tiny_draft.model.config.attention_bias = True
     try:
         assert not supports_lean(tiny_draft) and type(cached_model(tiny_draft)) is CachedModel
@@ -148,10 +147,10 @@ def test_int8_kernels_multiply_by_weights_quantized_per_row():
 def test_an_int8_bf16_draft_stays_close_to_its_weights_and_lossless(tiny_target):
     lm = tiny_llama(vocab=96, hidden=32, layers=1, seed=8, init_std=0.2)
     lm.model.to(torch.bfloat16)
-    dense, quantized = LeanCachedModel(lm), cached_model(lm, int8=True)
+    dense, quantized = cached_model(lm), cached_model(lm, int8=True)
     assert quantized.stack.layers is not dense.stack.layers and cached_model(lm).stack.layers is dense.stack.layers
     tokens = list(range(3, 40))
-    torch.testing.assert_close(quantized.forward(tokens, 4).float(), dense.forward(tokens, 4).float(), atol=0.1, rtol=0.05)
+    torch.testing.assert_close(quantized.forward(tokens, 4).logits.float(), dense.forward(tokens, 4).logits.float(), atol=0.1, rtol=0.05)
     prompt = [5, 17, 33, 2, 60, 41]
     events = list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(cached_model(lm, int8=True))],
                          policy=LengthPolicy(4), max_new_tokens=24))

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from specviz.core.cache import CachedModel
 from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
-from specviz.methods.policies import LengthPolicy
+from specviz.core.policy import LengthPolicy
+from specviz.models.backends import cached_model
 from specviz.models.backends.cpu import PackedLinear, is_packed, pack_linears, unpack_linears
 from specviz.models.loading import DRAFT_VOCAB_FILE, check_shared_vocab, load_model, read_draft_vocab, shared_vocab_size
 from specviz.models.paths import ASSETS
@@ -95,7 +95,7 @@ def test_vocab_mismatch_is_sliced_like_qwen():
     target, draft = tiny_llama(vocab=100, hidden=32, layers=1, seed=5, init_std=0.3), tiny_llama(96, 32, 1, seed=6, init_std=0.3)
     vocab = shared_vocab_size(target, draft)
     assert vocab == 96
-    events = list(decode(CachedModel(target, vocab), [1, 2, 3], drafters=[ModelDrafter(CachedModel(draft, vocab))],
+    events = list(decode(cached_model(target, vocab), [1, 2, 3], drafters=[ModelDrafter(cached_model(draft, vocab))],
                          policy=LengthPolicy(3), max_new_tokens=30))
     assert all(t < 96 for e in events for t in e.emitted_ids + e.draft_ids)
 
@@ -157,7 +157,7 @@ def test_packed_linears_round_like_the_default_kernel_and_stay_lossless():
     with torch.inference_mode():
         assert torch.allclose(packed.model(ids).logits, plain.model(ids).logits, atol=1e-4)
     for gamma in (1, 3, 6):  # engine and transformers' generate on the same packed model agree token for token
-        tokens, _ = run(packed, PROMPTS[1], 40, [ModelDrafter(CachedModel(draft))], gamma)
+        tokens, _ = run(packed, PROMPTS[1], 40, [ModelDrafter(cached_model(draft))], gamma)
         assert tokens == reference(packed, PROMPTS[1], 40)
     unpack_linears(packed.model)
     assert not is_packed(packed.model) and isinstance(packed.model.lm_head, torch.nn.Linear)

@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from specviz.core.cache import CachedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
+from specviz.core.formulas import expected_tokens
+from specviz.core.registry import GAMMA_POLICIES
 from specviz.methods.policies import (
-    POLICIES,
     ConfidencePolicy,
     FSMPolicy,
     HFHeuristicPolicy,
@@ -18,11 +18,11 @@ from specviz.methods.policies import (
     ProbeSchedule,
     StepRecord,
     VerifyCost,
-    expected_tokens,
     make_policy,
     predicted_rates,
 )
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
+from specviz.models.backends import cached_model
 from tests.test_engine import PROMPTS, reference
 
 DRAFTER = SimpleNamespace(name="d")
@@ -290,18 +290,18 @@ def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
     assert reasons[3].startswith("probe") and sel.explain()["pred_tok_s"]["plain"] == pytest.approx(25.0)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(GAMMA_POLICIES))
 def test_every_policy_is_lossless(tiny_target, name):
     prompt = PROMPTS[1]
-    events = list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(CachedModel(tiny_target))],
+    events = list(decode(cached_model(tiny_target), prompt, drafters=[ModelDrafter(cached_model(tiny_target))],
                          policy=make_policy(name, 3), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
 
 
 def test_selector_is_lossless(tiny_target, tiny_draft):
     prompt = PROMPTS[3]
-    drafters = [ModelDrafter(CachedModel(tiny_draft)), NGramDrafter(), ModelDrafter(CachedModel(tiny_target))]
-    events = list(decode(CachedModel(tiny_target), prompt, drafters=drafters, policy=make_policy("online", 3),
+    drafters = [ModelDrafter(cached_model(tiny_draft)), NGramDrafter(), ModelDrafter(cached_model(tiny_target))]
+    events = list(decode(cached_model(tiny_target), prompt, drafters=drafters, policy=make_policy("online", 3),
                          selector=OnlineSelector(explore=2), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
     assert {e.drafter for e in events} >= {d.name for d in drafters}

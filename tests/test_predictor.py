@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from specviz.core.cache import CachedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.methods.feature_head import ForwardTimer
 from specviz.methods.predictor import FEATURES, AcceptancePredictor, draft_log_perplexity, prompt_features, repeat_fraction
+from specviz.models.backends import cached_model
 from specviz.training.predictor_fit import fit_weights
 
 
@@ -59,7 +59,7 @@ def test_prompt_features_of_a_feature_head_leave_perplexity_out():
 
 def test_prompt_features_with_a_model_use_its_mean_nll(tiny_draft):
     ids = [5, 17, 3, 9, 22, 5, 17]
-    drafter = ModelDrafter(CachedModel(tiny_draft))
+    drafter = ModelDrafter(cached_model(tiny_draft))
     with torch.no_grad():
         logp = tiny_draft.model(torch.tensor([ids])).logits[0].log_softmax(-1)
     nll = -sum(logp[t, ids[t + 1]].item() for t in range(len(ids) - 1)) / (len(ids) - 1)
@@ -78,7 +78,7 @@ def test_predict_is_linear_and_clipped(bias, expected):
 
 
 def test_priors_skip_drafters_without_weights(tiny_draft):
-    model_drafter = ModelDrafter(CachedModel(tiny_draft))
+    model_drafter = ModelDrafter(cached_model(tiny_draft))
     predictor = AcceptancePredictor({"ngram": [0.3, 0.0, 0.0, 0.0]})
     assert predictor.predict(model_drafter, [1, 2, 3]) is None
     assert predictor.priors([NGramDrafter(), model_drafter], [1, 2, 3]) == {"ngram": pytest.approx(0.3)}

@@ -4,14 +4,8 @@ import random
 
 import pytest
 
-from specviz.analysis.theory import (
-    acceptance_mle,
-    break_even_length,
-    capped_geometric_moments,
-    capped_geometric_pmf,
-    insertion_helps,
-    lemma_time,
-)
+from specviz.analysis.theory import acceptance_mle, break_even_length, insertion_helps, lemma_time
+from specviz.core.formulas import capped_geometric_moments, capped_geometric_pmf
 
 
 @pytest.mark.parametrize("a, m", [(0.0, 1), (0.3, 2), (0.7, 5), (0.95, 9)])

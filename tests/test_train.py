@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.models.loading import LoadedModel
+from specviz.core.cache import LoadedModel
 from specviz.training import drafts as train
 from specviz.training.drafts import (
     _batches,

@@ -18,9 +18,9 @@ from specviz.analysis.suites import load_suite
 from specviz.analysis.theory import run_theory
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
+from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import is_feature_head
-from specviz.methods.policies import LengthPolicy
 from specviz.models.backends import cached_model
 from specviz.models.presets import NGRAM_DRAFT, resolve_preset
 from specviz.runtime.bank import ModelBank

@@ -10,7 +10,7 @@ import statistics
 
 import torch
 
-from specviz.models.loading import LoadedModel
+from specviz.core.cache import LoadedModel
 
 
 @torch.inference_mode()
@@ -85,7 +85,7 @@ def numbers(text: str) -> list[tuple[int, float]]:
     return [(m.start(), float(m.group().replace(",", "").replace("−", "-"))) for m in _NUMBER.finditer(text)]
 
 
-def _as_number(s: str) -> float | None:
+def as_number(s: str) -> float | None:
     m = _NUMERIC.fullmatch(s)
     return float(m.group(1).replace(",", "").replace("−", "-")) if m else None
 
@@ -95,7 +95,7 @@ def is_correct(text: str, expected: list[str]) -> bool:
     must equal the LAST number of the text; any other must occur as a whole word or phrase, ignoring case."""
     found = numbers(text)
     for want in expected:
-        value = _as_number(want)
+        value = as_number(want)
         if value is None:
             if re.search(rf"(?<!\w){re.escape(want)}(?!\w)", text, re.IGNORECASE):
                 return True

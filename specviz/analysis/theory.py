@@ -15,26 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-
-def capped_geometric_pmf(a: float, m: int) -> list[float]:
-    """P(L = l) for l = 1..m: l − 1 acceptances then a rejection, or m − 1 acceptances (the cap)."""
-    return [a ** (ell - 1) * (1 - a) for ell in range(1, m)] + [a ** (m - 1)]
-
-
-def capped_geometric_moments(a: float, m: int) -> tuple[float, float]:
-    """(E[L], E[L²]) of Theorem 3.3."""
-    if a >= 1:
-        return float(m), float(m * m)
-    mean = (1 - a ** m) / (1 - a)
-    return mean, 2 * (1 - (m + 1) * a ** m + m * a ** (m + 1)) / (1 - a) ** 2 - mean
+from specviz.core.formulas import capped_geometric_moments, capped_geometric_pmf, censored_acceptance
 
 
 def acceptance_mle(verifications: Sequence[Sequence[int]]) -> float | None:
     """Per-token acceptance from (drafted, passed up) pairs: accepted / (accepted + rejections), the
     censored-geometric MLE (a fully accepted draft says nothing about the token after it)."""
-    accepted = sum(up - 1 for k, up in verifications if k > 0)
-    rejections = sum(up - 1 < k for k, up in verifications if k > 0)
-    return accepted / (accepted + rejections) if accepted + rejections else None
+    return censored_acceptance(sum(up - 1 for k, up in verifications if k > 0), sum(up - 1 < k for k, up in verifications if k > 0))
 
 
 def lemma_time(n_tokens: int, t: Sequence[float], lengths: Sequence[float], beta: float) -> float:

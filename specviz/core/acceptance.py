@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.core.drafters import Draft
+from specviz.core.registry import ACCEPT_RULES
 from specviz.core.sampling import Sampler
 
 ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
@@ -59,11 +60,17 @@ class Checked:
         return self.p[rows, self.ids], self.q[rows, self.ids]
 
 
+@ACCEPT_RULES.register("Lossless: accept with probability min(1, p/q); greedy: accept the target's argmax.")
 class ExactRule:
     """Standard (lossless) speculative verification; subclasses add a criterion in :meth:`relaxed`."""
 
     name = "exact"
     needs_states = False
+
+    @classmethod
+    def from_settings(cls, settings, target) -> ExactRule:
+        """The registry's protocol: a rule from the run's settings (a DecodeConfig) and the target (a LoadedModel)."""
+        return cls()
 
     def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
                states: torch.Tensor | None = None) -> Verdict:
@@ -94,6 +101,7 @@ class ExactRule:
         return torch.zeros_like(c.ids, dtype=torch.bool), None
 
 
+@ACCEPT_RULES.register("Leviathan's lenience l: accept with probability min(1, p/(l·q)); l = 1 is exact.", ("lenience",))
 class LenientRule(ExactRule):
     """Leviathan's lenience l ∈ (0, 1]: sampling accepts with min(1, p/(l·q)) (same draw as the exact
     test); greedy accepts a draft whose target probability is ≥ l × the top one. l = 1 is exact."""
@@ -103,6 +111,10 @@ class LenientRule(ExactRule):
     def __init__(self, lenience: float):
         self.lenience = lenience
 
+    @classmethod
+    def from_settings(cls, settings, target) -> LenientRule:
+        return cls(settings.lenience)
+
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
         if c.u is None:
             rows = torch.arange(len(c.ids), device=c.ids.device)
@@ -111,6 +123,7 @@ class LenientRule(ExactRule):
         return c.u * qx * self.lenience < px, None
 
 
+@ACCEPT_RULES.register("Accept a draft token that is among the target's k most likely.", ("topk",))
 class TopKRule(ExactRule):
     """Accept a draft token that is among the target's k most likely tokens."""
 
@@ -118,6 +131,10 @@ class TopKRule(ExactRule):
 
     def __init__(self, k: int):
         self.k = k
+
+    @classmethod
+    def from_settings(cls, settings, target) -> TopKRule:
+        return cls(settings.topk)
 
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
         top = c.logits.topk(min(self.k, c.logits.shape[-1]), dim=-1).indices

@@ -1,7 +1,8 @@
 """Drafters: propose up to γ next tokens and the distributions q they were drawn from.
 
 The contract follows transformers' ``CandidateGenerator``: ``propose`` gets the full committed sequence
-(drafters roll their own state back to it) and returns a :class:`Draft`. A tree drafter would return
+(drafters roll their own state back to it) and returns a :class:`Draft`; ``observe`` sees every forward of the
+target (a feature head drafts from the states it returns). A tree drafter would return
 several branches; the linear ``Draft`` is its single-branch case.
 """
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specviz.core.cache import CachedModel
+from specviz.core.cache import CachedModel, Forward
+from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 
 StopRule = Callable[[torch.Tensor], bool]
@@ -45,16 +47,30 @@ def level_record(name: str, role: str, passes: int = 0, ms: float = 0.0) -> dict
 
 
 class Drafter:
-    """Base class: a named source of draft tokens with a per-token cost the policies can learn."""
+    """Base class: a named source of draft tokens with a per-token cost the policies can learn.
+
+    A drafter kind registers in :data:`~specviz.core.registry.DRAFTERS`; the run builds it with ``from_source(name,
+    source, context)`` (context: ``specviz.runtime.prepare.DraftContext``) for a source it ``claims``. A kind that
+    ``loads_model`` gets its model loaded first; one that ``reads_features`` makes the target return its states."""
 
     name = "drafter"
     models: list[CachedModel] = []
+    loads_model = False
+    reads_features = False
+
+    @classmethod
+    def claims(cls, source: object) -> bool:
+        """Whether a draft source (a name, path or hub id; or a loaded model) is of this kind."""
+        return False
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
         raise NotImplementedError
 
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
+
+    def observe(self, target: Forward) -> None:
+        """A forward of the target, prefill included: most drafters need nothing from it."""
 
     def can_draft(self, tokens: list[int]) -> bool:
         """Whether ``propose`` would return any token after ``tokens`` (a model always can)."""
@@ -65,18 +81,29 @@ class Drafter:
         return [level_record(self.name, "draft")]
 
 
+@DRAFTERS.register("A small causal LM sharing the target's tokenizer, drafting token by token.", ("full_draft_vocab",), name="model")
 class ModelDrafter(Drafter):
     """Drafts autoregressively with a small causal LM that shares the target's token ids."""
+
+    loads_model = True
 
     def __init__(self, model: CachedModel):
         self.model = model
         self.models = [model]
         self.name = model.name
 
+    @classmethod
+    def claims(cls, source: object) -> bool:
+        return True  # any hub id, directory or loaded model; more specific kinds are asked first
+
+    @classmethod
+    def from_source(cls, name: str, source: object, context) -> ModelDrafter:
+        return cls(context.draft_model(name))
+
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
         seq, qs, start, forwards = list(tokens), [], time.perf_counter(), self.model.forwards
         for _ in range(gamma):
-            logits = self.model.forward(seq, keep=1)[0]
+            logits = self.model.forward(seq, keep=1).logits[0]
             q = sampler.probs(logits)
             if stop is not None and stop(q):
                 break
@@ -89,11 +116,20 @@ class ModelDrafter(Drafter):
         self.model.prefill(tokens)
 
 
+@DRAFTERS.register("Prompt lookup: continue the latest earlier occurrence of the current suffix (no model).")
 class NGramDrafter(Drafter):
     """Prompt lookup: find the latest earlier occurrence of the current suffix (longest n first) and
     propose the tokens that followed it. Needs no model; q is one-hot."""
 
     name = "ngram"
+
+    @classmethod
+    def claims(cls, source: object) -> bool:
+        return source == cls.name
+
+    @classmethod
+    def from_source(cls, name: str, source: object, context) -> NGramDrafter:
+        return cls()
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram

@@ -16,9 +16,8 @@ import torch
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
 from specviz.core.drafters import Draft, Drafter
+from specviz.core.policy import FirstDraft, LengthPolicy
 from specviz.core.sampling import Sampler
-from specviz.methods.policies import LengthPolicy
-from specviz.methods.selection import FirstDraft
 
 
 @dataclass
@@ -66,13 +65,17 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
            sampler: Sampler | None = None, max_new_tokens: int = 64, stop_ids: Sequence[int] = ()) -> Iterator[StepEvent]:
     """Generate up to ``max_new_tokens`` after ``prompt_ids``; yields a StepEvent after every step."""
     rule, policy = rule or ExactRule(), policy or LengthPolicy(0)
+    if rule.needs_states and not target.prenorm:
+        raise ValueError(f"the {rule.name} rule reads the target's pre-norm states: build the target with prenorm=True")
     selector, sampler = selector or FirstDraft(), sampler or Sampler()
     clock = Clock(target.lm.device)
     models = [target] + [m for d in drafters for m in d.models]
     start = clock()
     tokens = list(prompt_ids)
-    target.prefill(tokens)
+    prefilled = target.prefill(tokens)
     for d in drafters:
+        if prefilled is not None:
+            d.observe(prefilled)
         d.prefill(tokens)
     generated, step = 0, 0
     while generated < max_new_tokens:
@@ -84,10 +87,13 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         name = drafter.name if drafter else "target"
         draft = drafter.propose(tokens, gamma, sampler, policy.stop_rule) if gamma > 0 else Draft([], None, name)
         t1 = clock()
-        logits = target.forward(tokens + draft.ids, keep=len(draft.ids) + 1, capture=rule.needs_states and bool(draft.ids))
+        verified = target.forward(tokens + draft.ids, keep=len(draft.ids) + 1)
         t2 = clock()
+        for d in drafters:
+            d.observe(verified)
+        logits = verified.logits
         p = sampler.probs(logits)
-        verdict = rule.verify(draft, logits, p, sampler, target.prenorm)
+        verdict = rule.verify(draft, logits, p, sampler, verified.prenorm)
         emitted = draft.ids[: verdict.accepted] + [verdict.next_token]
         emitted_p = probs_at(p, emitted)
         stop_at = next((i for i, t in enumerate(emitted) if t in stop_ids), None)

@@ -75,7 +75,7 @@ class StagedDrafter(Drafter):
 
     def _verify(self, seq: list[int], draft: Draft, sampler: Sampler) -> tuple[Verdict, torch.Tensor, float]:
         before = self.verifier.forward_s
-        logits = self.verifier.forward(seq + draft.ids, keep=len(draft.ids) + 1)
+        logits = self.verifier.forward(seq + draft.ids, keep=len(draft.ids) + 1).logits
         p = sampler.probs(logits)
         verdict = self.rule.verify(draft, logits, p, sampler)
         return verdict, p, self.verifier.forward_s - before

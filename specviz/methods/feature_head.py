@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specviz.core.cache import CachedModel
+from specviz.core.cache import CachedModel, Forward
 from specviz.core.drafters import Draft, Drafter, StopRule, level_record
 from specviz.core.errors import ModelLoadError, first_line
+from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
 from specviz.models.backends.lean import LeanStack, built_once, lean_layers, vocab_head
@@ -121,19 +122,32 @@ class ForwardTimer:
         self.name, self.forwards, self.forward_s = name, 0, 0.0
 
 
+@DRAFTERS.register("An EAGLE-style head drafting from the target's own hidden states.", ("full_draft_vocab",), name=HEAD_KIND)
 class FeatureDrafter(Drafter):
-    """Drafts with a :class:`FeatureHead` over the target's final-normed states, which the target's
-    :class:`~specviz.cache.CachedModel` keeps for every fed position once this drafter is built on it.
+    """Drafts with a :class:`FeatureHead` over the target's final-normed states: the target is built with
+    ``features=True``, and :meth:`observe` keeps the states of every position each target forward returns.
 
     The head's KV cache holds positions fed with the target's true states; positions fed with the head's own
     estimates (drafts 2..γ) are overwritten at the next proposal, so rejected drafts need no bookkeeping."""
 
+    reads_features = True
+
+    @classmethod
+    def claims(cls, source: object) -> bool:
+        return isinstance(source, str | Path) and is_feature_head(Path(source))
+
+    @classmethod
+    def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
+        head, draft_vocab = context.head(str(source))
+        return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name)
+
     def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head"):
         self.name, self.target, self.timer = name, target, ForwardTimer(name)
         self.models = [self.timer]
+        if not target.features:
+            raise ValueError("the feature drafter reads the target's states: build the target with features=True")
         if target.ids:
             raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
-        target.keep_features = True
         lm = target.lm.model
         self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
@@ -143,6 +157,20 @@ class FeatureDrafter(Drafter):
         self.score = vocab_head(lm, ids, self.dtype, int8)
         self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
         self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
+        self.features: torch.Tensor | None = None  # f[i] at row i, for the positions 0..self.known - 1
+        self.known = 0
+
+    def observe(self, target: Forward) -> None:
+        """Keep the target's states of the positions it fed (it rolled back to ``target.start`` first)."""
+        f = target.features
+        end, have = target.start + f.shape[0], 0 if self.features is None else self.features.shape[0]
+        if end > have:
+            grown = f.new_zeros((max(end, 2 * have, 256), f.shape[1]))
+            if have:
+                grown[:have] = self.features
+            self.features = grown
+        self.features[target.start:end] = f
+        self.known = end
 
     def _run(self, states: torch.Tensor, next_ids: list[int], start: int) -> torch.Tensor:
         """The head's estimate of the state after the last of ``next_ids`` (1, hidden)."""
@@ -158,12 +186,12 @@ class FeatureDrafter(Drafter):
         """Feed positions up to ``upto`` (exclusive) with the target's states; the last output, if any was fed."""
         if upto <= 0:
             return None
-        if len(self.target.ids) < upto or self.target.ids[:upto] != tokens[:upto]:
+        if self.known < upto:
             raise RuntimeError("the feature head drafts after the target has run on the committed tokens")
         valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
         valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
         self.fed = tokens[1:upto + 1]
-        return self._run(self.target.features[valid:upto], tokens[valid + 1:upto + 1], valid)
+        return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:

@@ -21,6 +21,7 @@ import torch
 
 from specviz.core.acceptance import Checked, ExactRule
 from specviz.core.errors import ModelLoadError, first_line
+from specviz.core.registry import ACCEPT_RULES
 from specviz.models.paths import ASSETS
 
 HEAD_FORMAT = "specviz-judge-head/1"
@@ -141,6 +142,7 @@ class JudgeHead:
 
 
 
+@ACCEPT_RULES.register("Judge decoding: also accept a token the judge head scores above δ.", ("judge_threshold",))
 class JudgeRule(ExactRule):
     """Judge decoding: accept a draft token whose judge score (a linear head on the target's pre-norm
     state at the position whose input is that token, and optionally the target's confidence in it) exceeds δ;
@@ -151,6 +153,12 @@ class JudgeRule(ExactRule):
 
     def __init__(self, head, threshold: float):
         self.head, self.threshold = head, threshold
+
+    @classmethod
+    def from_settings(cls, settings, target) -> JudgeRule:
+        """The judge head trained for this target, at the run's δ."""
+        head = JudgeHead.load(default_head_path(target.name), target.name, target.model.config.hidden_size)
+        return cls(head, settings.judge_threshold)
 
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float]]:
         # states[0] is the last committed token's; states[i + 1] has draft token i as its input

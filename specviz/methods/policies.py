@@ -13,7 +13,10 @@ import random
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
-from specviz.core.drafters import Drafter, StopRule, lookup_continuation
+from specviz.core.drafters import Drafter, lookup_continuation
+from specviz.core.formulas import censored_acceptance, expected_tokens
+from specviz.core.policy import LengthPolicy
+from specviz.core.registry import GAMMA_POLICIES
 
 GAMMA_MAX = 10
 
@@ -61,11 +64,11 @@ class History:
     def acceptance(self, prior: float | None = None, weight: float = 0.0) -> float | None:
         """Censored MLE of per-token acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2), capped at Acc_max;
         ``weight`` pseudo-observations of a ``prior`` rate join both sums (weight 0: the paper's estimate)."""
-        accepted = sum(s.accepted for s in self.steps)
-        trials = accepted + sum(s.accepted < s.gamma for s in self.steps)
+        accepted, rejections = sum(s.accepted for s in self.steps), sum(s.accepted < s.gamma for s in self.steps)
         if prior is not None:
-            accepted, trials = accepted + weight * prior, trials + weight
-        return min(self.acc_max, accepted / trials) if trials else None
+            accepted, rejections = accepted + weight * prior, rejections + weight * (1 - prior)
+        acc = censored_acceptance(accepted, rejections)
+        return None if acc is None else min(self.acc_max, acc)
 
     def naive_acceptance(self) -> float | None:
         """ΣV / Σγ: biased low (a rejection hides the tokens after it); kept for comparison."""
@@ -153,9 +156,6 @@ class ProbeSchedule:
         self.run, self.wait = 0, self.base
 
 
-def expected_tokens(acc: float, gamma: int) -> float:
-    """(1 − Acc^{γ+1}) / (1 − Acc): tokens per step with i.i.d. acceptance, bonus included."""
-    return gamma + 1.0 if acc >= 1 else (1 - acc ** (gamma + 1)) / (1 - acc)
 
 
 def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0) -> dict[int, float]:
@@ -163,28 +163,9 @@ def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gam
     return {g: 1e3 * expected_tokens(acc, g) / (g * a_q + b_p(g)) for g in range(gamma_min, gamma_max + 1)}
 
 
-class LengthPolicy:
-    """Fixed γ; the base class of every adaptive policy."""
-
-    name = "fixed"
-    stop_rule: StopRule | None = None
-
-    def __init__(self, gamma: int = 4):
-        self.gamma = gamma
-
-    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
-        return self.gamma
-
-    def observe(self, event) -> None:
-        """Learn from a finished step (a :class:`specviz.engine.StepEvent`)."""
-
-    def observe_target(self, event) -> None:
-        """A step taken without this policy (a plain step, or another drafter's): only the target's timing applies."""
-
-    def explain(self) -> dict | None:
-        return {"policy": self.name, "gamma": self.gamma}
 
 
+@GAMMA_POLICIES.register("+1 after a fully accepted step, −1 after a rejection.", ("gamma",))
 class FSMPolicy(LengthPolicy):
     """+``up`` after a fully accepted step, −``down`` after a rejection, within [γ_min, γ_max]."""
 
@@ -202,6 +183,7 @@ class FSMPolicy(LengthPolicy):
         self.gamma = max(self.gamma_min, min(self.gamma_max, self.gamma + step))
 
 
+@GAMMA_POLICIES.register("transformers' heuristic schedule: +2 after a full accept, −1 otherwise.", ("gamma",))
 class HFHeuristicPolicy(FSMPolicy):
     """transformers' ``"heuristic"`` schedule: +2 on a full accept, −1 otherwise (floor 1)."""
 
@@ -212,6 +194,7 @@ class HFHeuristicPolicy(FSMPolicy):
         super().__init__(gamma, 1, gamma_max)
 
 
+@GAMMA_POLICIES.register("FSM, jumping to a long γ when the current suffix occurred before (copying).", ("gamma",))
 class CacheFSMPolicy(FSMPolicy):
     """FSM, plus a jump to a long γ when the current suffix already occurred in prompt + output
     (the copy regime: code edits, QA over the prompt)."""
@@ -230,6 +213,7 @@ class CacheFSMPolicy(FSMPolicy):
         return {"policy": self.name, "gamma": self.long_gamma if self.hit else self.gamma, "suffix_seen_before": self.hit}
 
 
+@GAMMA_POLICIES.register("transformers' confidence stop: draft until the draft's top probability < 0.4.", ())
 class ConfidencePolicy(LengthPolicy):
     """transformers' ``assistant_confidence_threshold``: draft up to γ_max, stop as soon as the draft's
     own top probability falls below the threshold (default 0.4)."""
@@ -241,10 +225,16 @@ class ConfidencePolicy(LengthPolicy):
         self.threshold = threshold
         self.stop_rule = lambda q: float(q.max()) < self.threshold
 
+    @classmethod
+    def from_gamma(cls, gamma: int) -> ConfidencePolicy:
+        """Its γ is a maximum, γ_max, whatever the run's γ: the confidence stop decides the length."""
+        return cls()
+
     def explain(self) -> dict:
         return {"policy": self.name, "gamma_max": self.gamma, "threshold": self.threshold}
 
 
+@GAMMA_POLICIES.register("The paper's online window optimisation: γ maximising predicted tokens/s (0: a plain step).", ("gamma",))
 class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
     model (a_q per draft token; b_p(γ) fitted linearly over drafted steps, plain steps timed apart, see
@@ -297,6 +287,7 @@ class OnlinePolicy(LengthPolicy):
         return self.why
 
 
+@GAMMA_POLICIES.register("Q-learning over γ, rewarded with tokens per second.", ("gamma",))
 class RLPolicy(LengthPolicy):
     """Q-learning over γ ∈ 1..γ_max with state = (was the last step fully accepted?), ε-greedy,
     reward = tokens emitted per second in the step."""
@@ -330,11 +321,11 @@ class RLPolicy(LengthPolicy):
                 "q": {str(a): round(v, 2) for a, v in self.q[self.state].items()}}
 
 
-POLICIES = {p.name: p for p in (LengthPolicy, FSMPolicy, CacheFSMPolicy, OnlinePolicy, RLPolicy, HFHeuristicPolicy, ConfidencePolicy)}
 
 
 def make_policy(name: str, gamma: int) -> LengthPolicy:
-    return POLICIES[name](gamma) if name != "confidence" else ConfidencePolicy()
+    """The registered γ policy ``name`` with initial (or fixed) γ ``gamma``."""
+    return GAMMA_POLICIES[name].from_gamma(gamma)
 
 
 

@@ -6,7 +6,8 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from specviz.core.drafters import Drafter, StopRule
-from specviz.methods.policies import GAMMA_MAX, History, LengthPolicy, ProbeSchedule, file_step, predicted_rates
+from specviz.core.policy import FirstDraft, LengthPolicy
+from specviz.methods.policies import GAMMA_MAX, History, ProbeSchedule, file_step, predicted_rates
 
 
 class PerDrafterPolicy(LengthPolicy):
@@ -46,20 +47,6 @@ class PerDrafterPolicy(LengthPolicy):
         return self.current.explain() if self.current else None
 
 
-class FirstDraft:
-    """Draft selector that always uses the first drafter."""
-
-    name = "single"
-
-    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
-        """The drafter of this step, or None for a plain target step."""
-        return drafters[0]
-
-    def observe(self, event) -> None:
-        pass
-
-    def explain(self) -> dict | None:
-        return None
 
 
 class OnlineSelector(FirstDraft):

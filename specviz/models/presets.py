@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.core.drafters import NGramDrafter
 from specviz.core.errors import ModelLoadError
 from specviz.models.paths import ASSETS
 
@@ -59,7 +60,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-NGRAM_DRAFT = "ngram"
+NGRAM_DRAFT = NGramDrafter.name
 
 
 def resolve_preset(name: str) -> Preset:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specviz.models.loading import LoadedModel
+from specviz.core.cache import LoadedModel
 
 
 def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:

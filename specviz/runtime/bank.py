@@ -7,8 +7,9 @@ from pathlib import Path
 
 import torch
 
+from specviz.core.cache import LoadedModel
 from specviz.methods.feature_head import FeatureHead, load_head
-from specviz.models.loading import LoadedModel, load_model, load_tokenizer, pick_device
+from specviz.models.loading import load_model, load_tokenizer, pick_device
 from specviz.models.presets import Preset
 
 

@@ -1,90 +1,153 @@
-"""What a run is asked to do, validated into one-line error messages before any model is touched."""
+"""What a run is asked to do. Every setting is a field of :class:`DecodeConfig` that carries its help, its
+choices or range and its label; :meth:`DecodeConfig.validate` is the only validator, and the CLI options, the
+UI's controls and the benchmark's rows are generated from these fields and from the strategy registries."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
+import specviz.methods  # noqa: F401  (the strategies register themselves on import)
 from specviz.core.errors import ConfigError
+from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
 from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET
 
-METHODS = ("ar", "sd")
-GAMMA_POLICIES = ("fixed", "fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")
-ACCEPT_RULES = ("exact", "judge", "lenient", "topk")
-DTYPES = ("auto", "float32", "bfloat16")
 MAX_GAMMA = 32
-MAX_TOPK = 1000
-MAX_NEW_TOKENS = 4096
 
 
+@dataclass(frozen=True)
+class Setting:
+    """How a setting is described and checked: ``choices`` (a tuple or a function returning one) or a range
+    [``low``, ``high``] whose ends are excluded where ``open_low`` / ``open_high``."""
+
+    help: str
+    label: str = ""
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+
+    def options(self) -> tuple[str, ...]:
+        return self.choices() if callable(self.choices) else tuple(self.choices or ())
+
+
+def setting(default: Any, help: str, **kw: Any) -> Any:
+    """A DecodeConfig field with its :class:`Setting`."""
+    if isinstance(default, list):
+        return field(default_factory=list, metadata={"setting": Setting(help, **kw)})
+    return field(default=default, metadata={"setting": Setting(help, **kw)})
 
 
 @dataclass
 class DecodeConfig:
-    """Settings of one generation (mirrors the CLI options of ``python -m specviz generate``)."""
+    """Settings of one generation; ``python -m specviz generate --help`` lists them."""
 
-    preset: str = OFFLINE_PRESET
-    method: str = "sd"
-    draft: str | None = None
-    chain: list[str] = field(default_factory=list)
-    level_gamma: int = 4
-    select: list[str] = field(default_factory=list)
-    gamma: int = 3  # the longest verify that runs on the fast narrow kernel on CPU (see models.PackedLinear)
-    gamma_policy: str = "fixed"
-    accept: str = "exact"
-    judge_threshold: float = 0.5
-    lenience: float = 1.0
-    topk: int = 5
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 128
-    chat: bool = True
-    dtype: str = "auto"
-    full_draft_vocab: bool = False
+    preset: str = setting(OFFLINE_PRESET, "model preset: a target and its drafts", label="Preset")
+    method: str = setting("sd", "sd (speculative) or ar (plain autoregressive)", label="Method", choices=("sd", "ar"))
+    draft: str | None = setting(None, "draft: a draft of the preset, 'ngram', a hub id or a local dir (default: the preset's first)",
+                                label="Draft")
+    chain: list[str] = setting([], "polybasic chain, fastest first (the target verifies last)", label="Chain")
+    level_gamma: int = setting(4, "draft length of each lower chain level", label="Level γ", low=1, high=MAX_GAMMA)
+    select: list[str] = setting([], "drafts to choose from per step (draft selection)", label="Select among drafts")
+    gamma: int = setting(3, "tokens drafted per step (fixed, or the start of an adaptive policy)", label="γ", low=1, high=MAX_GAMMA)
+    gamma_policy: str = setting("fixed", "how γ is chosen each step", label="γ policy", choices=lambda: tuple(GAMMA_POLICIES))
+    accept: str = setting("exact", "acceptance rule", label="Acceptance rule", choices=lambda: tuple(ACCEPT_RULES))
+    judge_threshold: float = setting(0.5, "judge decoding's δ (1 turns the judge off)", label="judge threshold δ", low=0, high=1)
+    lenience: float = setting(1.0, "lenience l: accept with probability min(1, p/(l·q))", label="lenience", low=0, high=1, open_low=True)
+    topk: int = setting(5, "top-k rule: accept a draft among the target's k most likely", label="top-k", low=1, high=1000)
+    temperature: float = setting(0.0, "sampling temperature (0 = greedy)", label="temperature", low=0)
+    top_p: float = setting(1.0, "nucleus sampling mass", label="top-p", low=0, high=1, open_low=True)
+    seed: int = setting(0, "random seed of the sampler", label="seed", low=0, high=2**63 - 1)
+    max_new_tokens: int = setting(128, "tokens to generate at most", label="max new tokens", low=1, high=4096)
+    chat: bool = setting(True, "apply the tokenizer's chat template to the prompt", label="chat template")
+    dtype: str = setting("auto", "target dtype: auto (float32 on CPU, exact; bfloat16 on CUDA)", label="dtype",
+                         choices=("auto", "float32", "bfloat16"))
+    full_draft_vocab: bool = setting(False, "drafts score the whole vocabulary, not only their draft_vocab.json", label="full draft vocab")
+
+    @staticmethod
+    def settings() -> dict[str, Setting]:
+        """Every field's :class:`Setting`, in field order."""
+        return {f.name: f.metadata["setting"] for f in fields(DecodeConfig)}
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> DecodeConfig:
+        """A validated config from loosely typed values (a form's strings and floats, JSON): each is converted
+        to its field's type, with a one-line ConfigError naming the setting when it cannot be."""
+        known = cls.settings()
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting '{unknown[0]}'; settings: {', '.join(known)}")
+        types = {f.name: f.type for f in fields(cls)}
+        return cls(**{name: _convert(known[name].label or name, types[name], v) for name, v in values.items()}).validate()
 
     def validate(self) -> DecodeConfig:
-        if self.method not in METHODS:
-            raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got '{self.method}'")
-        if not 1 <= self.gamma <= MAX_GAMMA:
-            raise ConfigError(f"--gamma must be between 1 and {MAX_GAMMA}, got {self.gamma}")
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise ConfigError(f"--max-new-tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
-        if not self.temperature >= 0:
-            raise ConfigError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"--top-p must be in (0, 1], got {self.top_p}")
-        _check_choice("--gamma-policy", self.gamma_policy, GAMMA_POLICIES)
-        _check_choice("--accept", self.accept, ACCEPT_RULES)
-        _check_choice("--dtype", self.dtype, DTYPES)
-        if not 0 <= self.judge_threshold <= 1:
-            raise ConfigError(f"--judge-threshold must be in [0, 1], got {self.judge_threshold}")
-        if not 0 < self.lenience <= 1:
-            raise ConfigError(f"--lenience must be in (0, 1], got {self.lenience}")
-        if not 1 <= self.topk <= MAX_TOPK:
-            raise ConfigError(f"--topk must be between 1 and {MAX_TOPK}, got {self.topk}")
-        self._validate_chain()
+        for name, s in self.settings().items():
+            value, option = getattr(self, name), "--" + name.replace("_", "-")
+            if s.choices is not None and value not in s.options():
+                raise ConfigError(f"{option} must be one of {', '.join(s.options())}, got '{value}'")
+            if s.low is not None or s.high is not None:
+                _check_range(option, value, s)
+        self._validate_combinations()
+        return self
+
+    def _validate_combinations(self) -> None:
+        if self.chain:
+            if self.method != "sd" or self.draft or self.select:
+                raise ConfigError("--chain replaces the draft: use it with --method sd and without --draft or --select")
+            if len(self.chain) < 2 or len(set(self.chain)) != len(self.chain):
+                raise ConfigError("--chain needs at least two different models, fastest first (the target verifies last)")
+            if NGRAM_DRAFT in self.chain[1:]:
+                raise ConfigError("--chain: the n-gram drafter can only be the first (fastest) level: it cannot verify")
         if self.select and (self.method != "sd" or self.draft):
             raise ConfigError("--select chooses the draft per step: use it with --method sd and without --draft")
         if len(set(self.select)) != len(self.select) or len(self.select) == 1:
             raise ConfigError("--select needs at least two different drafts")
-        return self
-
-    def _validate_chain(self) -> None:
-        if not 1 <= self.level_gamma <= MAX_GAMMA:
-            raise ConfigError(f"--level-gamma must be between 1 and {MAX_GAMMA}, got {self.level_gamma}")
-        if not self.chain:
-            return
-        if self.method != "sd" or self.draft or self.select:
-            raise ConfigError("--chain replaces the draft: use it with --method sd and without --draft or --select")
-        if len(self.chain) < 2 or len(set(self.chain)) != len(self.chain):
-            raise ConfigError("--chain needs at least two different models, fastest first (the target verifies last)")
-        if NGRAM_DRAFT in self.chain[1:]:
-            raise ConfigError("--chain: the n-gram drafter can only be the first (fastest) level: it cannot verify")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _check_choice(option: str, value: str, available: tuple[str, ...]) -> None:
-    if value not in available:
-        raise ConfigError(f"{option} must be one of {', '.join(available)}, got '{value}'")
+def _check_range(option: str, value: Any, s: Setting) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{option} must be a number, got '{value}'")
+    too_low = s.low is not None and not (value > s.low if s.open_low else value >= s.low)
+    too_high = s.high is not None and not (value < s.high if s.open_high else value <= s.high)
+    if not (too_low or too_high or math.isnan(value)):
+        return
+    if s.high is None:
+        raise ConfigError(f"{option} must be {'>' if s.open_low else '>='} {s.low:g}, got {value}")
+    if isinstance(s.low, int) and isinstance(s.high, int) and not (s.open_low or s.open_high):
+        raise ConfigError(f"{option} must be between {s.low} and {s.high}, got {value}")
+    raise ConfigError(f"{option} must be in {'(' if s.open_low else '['}{s.low:g}, {s.high:g}{')' if s.open_high else ']'}, got {value}")
+
+
+def _convert(label: str, kind: str, value: Any) -> Any:
+    """``value`` as a field of type ``kind`` (its annotation's text)."""
+    if kind == "bool":
+        return bool(value)
+    if kind == "list[str]":
+        items = value if isinstance(value, list | tuple) else str(value or "").split(",")
+        return [str(n).strip() for n in items if str(n).strip()]
+    if kind in ("int", "float"):
+        return _number(label, value, int if kind == "int" else float)
+    text = "" if value is None else str(value).strip()
+    return (text or None) if kind == "str | None" else text
+
+
+def _number(label: str, value: Any, kind: type) -> int | float:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ConfigError(f"{label} is empty")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{label} must be a number, got '{value}'") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{label} must be a finite number, got '{value}'")
+    if kind is int:
+        if number != int(number):
+            raise ConfigError(f"{label} must be a whole number, got '{value}'")
+        return int(number)
+    return number

@@ -7,20 +7,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from specviz.core.acceptance import ExactRule, LenientRule, TopKRule
-from specviz.core.cache import CachedModel
-from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
+from specviz.core.acceptance import ExactRule
+from specviz.core.cache import CachedModel, LoadedModel
+from specviz.core.drafters import Drafter
 from specviz.core.engine import StepEvent, decode
 from specviz.core.errors import ConfigError
+from specviz.core.policy import FirstDraft, LengthPolicy
+from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES
 from specviz.core.sampling import Sampler
 from specviz.methods.chain import build_chain
-from specviz.methods.feature_head import FeatureDrafter, is_feature_head
-from specviz.methods.judge import JudgeRule
-from specviz.methods.policies import make_policy
 from specviz.methods.predictor import AcceptancePredictor
-from specviz.methods.selection import FirstDraft, OnlineSelector, PerDrafterPolicy
+from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
-from specviz.models.loading import LoadedModel, check_shared_vocab, shared_vocab_size
+from specviz.models.loading import check_shared_vocab, shared_vocab_size
 from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
 from specviz.models.prompts import encode_prompt, stop_ids_of
 from specviz.runtime.bank import ModelBank
@@ -41,76 +40,80 @@ class PreparedRun:
     rule: ExactRule
 
     def events(self) -> Iterator[StepEvent]:
-        selector, policy = FirstDraft(), make_policy(self.config.gamma_policy, self.config.gamma)
+        def policy() -> LengthPolicy:
+            return GAMMA_POLICIES[self.config.gamma_policy].from_gamma(self.config.gamma)
+
+        selector, length = FirstDraft(), policy()
         if len(self.drafters) > 1:
             predictor = AcceptancePredictor.load()
             selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
-            policy = PerDrafterPolicy(lambda: make_policy(self.config.gamma_policy, self.config.gamma))
+            length = PerDrafterPolicy(policy)
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
-                      policy=policy, selector=selector, sampler=self.sampler,
+                      policy=length, selector=selector, sampler=self.sampler,
                       max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)
 
 
+@dataclass
+class DraftContext:
+    """What a drafter kind's ``from_source`` may use to build itself: the run's settings, the target (loaded and
+    cached), the draft models loaded for this run and the process's model bank."""
+
+    config: DecodeConfig
+    bank: ModelBank
+    target_lm: LoadedModel
+    target: CachedModel
+    models: dict[str, LoadedModel]
+
+    def draft_model(self, name: str) -> CachedModel:
+        """The cached draft model ``name`` over the target's vocabulary (int8 weights where they pay)."""
+        return cached_model(self.models[name], self.target.vocab_size, self.config.full_draft_vocab, int8=True)
+
+    def head(self, source: str) -> tuple:
+        """A feature head for the target, and its draft vocabulary."""
+        return self.bank.head(source, self.target_lm)
 
 
+def drafter_kind(source: str | LoadedModel) -> type[Drafter]:
+    """The drafter kind for a draft source: the most recently registered kind that claims it (specific kinds
+    register after the model kind, which claims any other source)."""
+    return next(kind for kind in reversed(list(DRAFTERS.values())) if kind.claims(source))
 
 
-def prepare(config: DecodeConfig, prompt: str, bank: ModelBank) -> PreparedRun:
-    """Validate, load (or reuse) the models, encode the prompt; raises ConfigError / ModelLoadError."""
+def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: LoadedModel | None = None, tokenizer=None,
+            drafts: list[tuple[str, str | LoadedModel]] | None = None) -> PreparedRun:
+    """Validate, load (or reuse) the models, encode the prompt; raises ConfigError / ModelLoadError.
+
+    The preset names the target and the drafts unless ``target`` (with its ``tokenizer``) and ``drafts``, (name,
+    source or loaded model) pairs, are given."""
     config.validate()
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
     preset = resolve_preset(config.preset)
-    default_draft = config.draft or next(iter(preset.drafts), NGRAM_DRAFT)
-    draft_names = (config.chain or config.select or [default_draft]) if config.method == "sd" else []
-    draft_sources = [(name, resolve_draft(preset, name)) for name in draft_names]
-    tokenizer = bank.tokenizer(preset.target)
-    target = bank.target(preset, config.dtype)
+    if drafts is None:
+        default_draft = config.draft or next(iter(preset.drafts), NGRAM_DRAFT)
+        names = (config.chain or config.select or [default_draft]) if config.method == "sd" else []
+        drafts = [(name, resolve_draft(preset, name)) for name in names]
+    if target is None:
+        tokenizer, target = bank.tokenizer(preset.target), bank.target(preset, config.dtype)
     prompt_ids = encode_prompt(tokenizer, prompt, config.chat)
-    room = target.max_positions - len(prompt_ids)
-    if room < config.max_new_tokens:
+    if target.max_positions - len(prompt_ids) < config.max_new_tokens:
         raise ConfigError(f"the prompt is {len(prompt_ids)} tokens; with --max-new-tokens {config.max_new_tokens} it exceeds "
                           f"the target's context of {target.max_positions} tokens")
-    heads = {name: bank.head(src, target) for name, src in draft_sources if src != NGRAM_DRAFT and is_feature_head(Path(src))}
+    kinds = [(name, source, drafter_kind(source)) for name, source in drafts]
+    heads = [name for name, _, kind in kinds if kind.reads_features]
     if heads and config.chain:
-        raise ConfigError(f"--chain: '{next(iter(heads))}' is a feature head; it drafts from the target's own states, "
+        raise ConfigError(f"--chain: '{heads[0]}' is a feature head; it drafts from the target's own states, "
                           "so it cannot be a level of a chain")
-    draft_models = {name: bank.model(src, name) for name, src in draft_sources if src != NGRAM_DRAFT and name not in heads}
-    for name, src in draft_sources:
-        if name in draft_models and not (Path(src) / "specviz.json").exists():
-            check_shared_vocab(tokenizer, bank.tokenizer(src), name)
-    vocab = shared_vocab_size(target, *draft_models.values())
-    target_model = cached_model(target, vocab)
-    drafters = [make_drafter(name, draft_models, heads, target_model, config.full_draft_vocab) for name, _ in draft_sources]
+    models = {name: source if isinstance(source, LoadedModel) else bank.model(source, name)
+              for name, source, kind in kinds if kind.loads_model}
+    for name, source, _ in kinds:
+        if name in models and isinstance(source, str) and not (Path(source) / "specviz.json").exists():
+            check_shared_vocab(tokenizer, bank.tokenizer(source), name)
+    rule = ACCEPT_RULES[config.accept].from_settings(config, target)
+    cached = cached_model(target, shared_vocab_size(target, *models.values()), prenorm=rule.needs_states, features=bool(heads))
+    context = DraftContext(config, bank, target, cached, models)
+    drafters = [kind.from_source(name, source, context) for name, source, kind in kinds]
     if config.chain:
         drafters = [build_chain(drafters[0], [d.model for d in drafters[1:]], config.level_gamma)]
     sampler = Sampler(config.temperature, config.top_p, config.seed, target.device)
-    return PreparedRun(config, tokenizer, prompt_ids, target_model, drafters, sampler, stop_ids_of(target, tokenizer),
-                       make_rule(config, target))
-
-
-def make_drafter(name: str, draft_models: dict[str, LoadedModel], heads: dict[str, tuple], target: CachedModel,
-                 full_vocab: bool) -> Drafter:
-    """The drafter called ``name``: a draft model, a feature head on ``target``, or the n-gram lookup."""
-    if name in heads:
-        head, draft_vocab = heads[name]
-        return FeatureDrafter(head, target, None if full_vocab else draft_vocab, name)
-    if name in draft_models:
-        return ModelDrafter(cached_model(draft_models[name], target.vocab_size, full_vocab, int8=True))
-    return NGramDrafter()
-
-
-def make_rule(config: DecodeConfig, target: LoadedModel) -> ExactRule:
-    """The acceptance rule by name; the judge head is the one trained for this target."""
-    if config.accept == "judge":
-        from specviz.methods.judge import JudgeHead, default_head_path
-
-        head = JudgeHead.load(default_head_path(target.name), target.name, target.model.config.hidden_size)
-        return JudgeRule(head, config.judge_threshold)
-    if config.accept == "lenient":
-        return LenientRule(config.lenience)
-    if config.accept == "topk":
-        return TopKRule(config.topk)
-    return ExactRule()
-
-
+    return PreparedRun(config, tokenizer, prompt_ids, cached, drafters, sampler, stop_ids_of(target, tokenizer), rule)

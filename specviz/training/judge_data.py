@@ -1,12 +1,18 @@
 """The judge-decoding dataset (TokenCourt-style) for the offline target SmolLM2-135M-Instruct.
 
-    python -m specviz.judge_data build [--out-dir assets/judge] [--seed 1234] [--regenerate-target] [--regenerate-draft]
+    python -m specviz.training.judge_data build [--out-dir assets/judge] [--seed 1234] [--regenerate-target] [--regenerate-draft]
 
 writes ``dataset.jsonl`` (answers with their first error marked), ``eval_questions.jsonl`` (held-out
 verifiable questions for end-to-end accuracy) and refreshes the counts in ``README.md``. Every choice comes
 from a seeded RNG, so a build is deterministic; the target's own answers are cached in
 ``assets/judge/target_answers.jsonl`` and the bundled draft's proposals in ``assets/judge/draft_proposals.jsonl``,
 both reused unless ``--regenerate-target`` / ``--regenerate-draft`` (a build from the caches loads no model).
+
+The content lives in ``assets/judge/content.json`` (CONTENT): question and answer phrasings, operator words,
+names, word problems, the unit factor table, the fact table, the code tasks (source lines, test cases, buggy
+lines), the instruction pools and sentences. This module keeps the logic: generators, error positions, the
+numbers of each word problem (keyed by its noun), the target and draft runs and the build. The RNG draws
+from the content's lists in their order, so editing the file changes the dataset (rebuild it).
 
 Generation rules
 - Item: ``{id, category, question, answer, error_at, split, source}``. ``error_at`` is the character offset
@@ -34,7 +40,7 @@ Generation rules
   result) and dropped otherwise (it stops before the result). Arithmetic questions never have a result
   equal to one of their own numbers, so a restated operand cannot pass for the result.
 - Split by question: 20% of each category's questions are "heldout".
-- Scoring (``is_correct``): a numeric expected answer must equal the LAST number of the text (thousands
+- Scoring (``is_correct``, ``specviz.analysis.quality``): a numeric expected answer must equal the LAST number of the text (thousands
   commas and units ignored: "The answer is 1,250." matches "1250"); any other must occur as a whole word or
   phrase, ignoring case.
 - eval_questions.jsonl: easy single-step arithmetic and unit questions that are not dataset questions, plus
@@ -101,6 +107,15 @@ SPECIALS = ("<|im_end|>", "<|endoftext|>")  # the target tokenizer turns these s
 
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 
+# the dataset's content (questions, facts, code tasks, answer phrasings, word lists); this module keeps the logic
+CONTENT = ASSETS / "judge" / "content.json"
+_CONTENT = json.loads(CONTENT.read_text(encoding="utf-8"))
+
+
+def _table(rows: list[dict], *fields: str) -> tuple[tuple, ...]:
+    """Records of the content file as the tuples the generators unpack (a list field becomes a tuple)."""
+    return tuple(tuple(tuple(r[f]) if isinstance(r[f], list) else r[f] for f in fields) for r in rows)
+
 
 @dataclass
 class Question:
@@ -112,15 +127,6 @@ class Question:
     right: dict
     wrongs: tuple[dict, ...]
     expected: tuple[str, ...] = ()
-
-
-# ----------------------------------------------------------------------------- scoring
-
-
-
-
-
-
 
 
 # ----------------------------------------------------------------------------- error positions
@@ -185,34 +191,21 @@ def _question(category: str, text: str, phrasings: tuple[str, ...], right: dict,
 
 # ----------------------------------------------------------------------------- arithmetic
 
-_OPS = {"+": ("plus", lambda a, b: a + b), "-": ("minus", lambda a, b: a - b), "×": ("times", lambda a, b: a * b),
-        "÷": ("divided by", lambda a, b: a // b)}
-_ASK = ("What is {a} {op} {b}?", "Compute {a} {op} {b}.", "What is {a} {word} {b}?", "Calculate {a} {op} {b}.",
-        "How much is {a} {word} {b}?")
-_SINGLE = ("The answer is {r}.", "{r}.", "{a} {op} {b} = {r}.", "{a} {op} {b} = {r}, so the result is {r}.",
-           "Sure! {a} {op} {b} equals {r}.",
-           "Let's work it out: {a} {op} {b} = {r}. The answer is {r}.", "{a} {op} {b} is {r}. Let me know if you have any other questions!")
-_TWO_STEP = ("The answer is {r}.", "{r}.", "{s1}, and {s2}. The answer is {r}.", "First, {s1}. Then, {s2}. So the answer is {r} {noun}.",
-             "We need {s1} and then {s2}, which gives {r} {noun} in total.",
-             "Great question! First, {s1}. Next, {s2}. That makes {r} {noun}.")
-_NAMES = ("Ana", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kofi", "Lena", "Mia", "Noah", "Omar", "Priya")
-# question, noun, step 1, step 2, draw (a, b, c), mid(a, b, c), result(a, c, mid)
-_WORD_PROBLEMS = (
-    ("{name} has {a} apples and buys {b} bags with {c} apples in each. How many apples does {name} have now?", "apples",
-     "{b} × {c} = {mid}", "{a} + {mid} = {r}", lambda g: (g(2, 30), g(2, 6), g(2, 12)), lambda a, b, c: b * c, lambda a, c, m: a + m),
-    ("A box holds {a} pencils. {name} fills {b} boxes and then gives away {c} pencils. How many pencils are left?", "pencils",
-     "{a} × {b} = {mid}", "{mid} - {c} = {r}", lambda g: (g(4, 12), g(2, 6), g(1, 20)), lambda a, b, c: a * b, lambda a, c, m: m - c),
-    ("{name} reads {a} pages a day for {b} days and then {c} more pages. How many pages did {name} read in total?", "pages",
-     "{a} × {b} = {mid}", "{mid} + {c} = {r}", lambda g: (g(5, 30), g(2, 7), g(3, 40)), lambda a, b, c: a * b, lambda a, c, m: m + c),
-    ("{a} sweets are shared equally among {b} children, and then each child gets {c} more. How many sweets does each child have?", "sweets",
-     "{a} ÷ {b} = {mid}", "{mid} + {c} = {r}", lambda g: (lambda b: (b * g(2, 9), b, g(1, 5)))(g(2, 6)), lambda a, b, c: a // b,
-     lambda a, c, m: m + c),
-    ("A bus has {a} passengers. At the first stop {b} get off and at the second stop {c} get on. How many passengers are on the bus now?",
-     "passengers", "{a} - {b} = {mid}", "{mid} + {c} = {r}", lambda g: (g(20, 50), g(2, 15), g(1, 15)), lambda a, b, c: a - b,
-     lambda a, c, m: m + c),
-    ("{name} buys {b} notebooks at {c} dollars each and pays with a bill of {a} dollars. How much change does {name} get?", "dollars",
-     "{b} × {c} = {mid}", "{a} - {mid} = {r}", lambda g: (g(5, 10) * 10, g(2, 4), g(2, 9)), lambda a, b, c: b * c, lambda a, c, m: a - m),
-)
+_ARITHMETIC = _CONTENT["arithmetic"]
+_FUNCTIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "×": lambda a, b: a * b, "÷": lambda a, b: a // b}
+_OPS = {op: (_ARITHMETIC["operator_words"][op], fn) for op, fn in _FUNCTIONS.items()}
+_ASK, _SINGLE, _TWO_STEP, _NAMES = (tuple(_ARITHMETIC[k]) for k in ("questions", "answers", "word_problem_answers", "names"))
+# the numbers of each word problem of the content file, by its noun: draw (a, b, c), mid(a, b, c), result(a, c, mid)
+_WORD_MATH = {
+    "apples": (lambda g: (g(2, 30), g(2, 6), g(2, 12)), lambda a, b, c: b * c, lambda a, c, m: a + m),
+    "pencils": (lambda g: (g(4, 12), g(2, 6), g(1, 20)), lambda a, b, c: a * b, lambda a, c, m: m - c),
+    "pages": (lambda g: (g(5, 30), g(2, 7), g(3, 40)), lambda a, b, c: a * b, lambda a, c, m: m + c),
+    "sweets": (lambda g: (lambda b: (b * g(2, 9), b, g(1, 5)))(g(2, 6)), lambda a, b, c: a // b, lambda a, c, m: m + c),
+    "passengers": (lambda g: (g(20, 50), g(2, 15), g(1, 15)), lambda a, b, c: a - b, lambda a, c, m: m + c),
+    "dollars": (lambda g: (g(5, 10) * 10, g(2, 4), g(2, 9)), lambda a, b, c: b * c, lambda a, c, m: a - m),
+}
+# question, noun, step 1, step 2, draw, mid, result
+_WORD_PROBLEMS = tuple((p["question"], p["noun"], *p["steps"], *_WORD_MATH[p["noun"]]) for p in _ARITHMETIC["word_problems"])
 
 
 def _single_values(rng: random.Random, small: bool) -> tuple[int, str, int]:
@@ -264,29 +257,12 @@ def arithmetic_questions(rng: random.Random) -> list[Question]:
 
 # ----------------------------------------------------------------------------- units
 
+_UNIT_CONTENT = _CONTENT["units"]
 # singular big unit, plural big unit, plural small unit, factor, wrong factors, largest count
-_UNITS = (("kilometer", "kilometers", "meters", 1000, (100, 10000), 15), ("kilogram", "kilograms", "grams", 1000, (100, 10), 15),
-          ("hour", "hours", "minutes", 60, (100, 24), 12), ("minute", "minutes", "seconds", 60, (100, 30), 12),
-          ("day", "days", "hours", 24, (12, 60), 10), ("liter", "liters", "milliliters", 1000, (100,), 12),
-          ("meter", "meters", "centimeters", 100, (10, 1000), 15), ("inch", "inches", "centimeters", 2.54, (2.5, 2.45), 12),
-          ("foot", "feet", "inches", 12, (10,), 10), ("week", "weeks", "days", 7, (5, 10), 10))
-_ASK_UNITS = ("How many {u2} are in {x} {u1}?", "Convert {x} {u1} to {u2}.", "What is {x} {u1} in {u2}?")
-_CONVERT = ("{x} {u1} is {r} {u2}.", "{r:,} {u2}.", "The answer is {r} {u2}.",
-            "Since 1 {big} = {f} {small}, {x} {u1} = {x} {op} {f} = {r} {u2}.",
-            "Sure! To convert {u1} to {u2}, {verb} by {f}: {x} {op} {f} = {r}. So {x} {u1} equals {r:,} {u2}.",
-            "{x} {op} {f} = {r}, so the answer is {r} {u2}.")
-_TEMPERATURE = {
-    "C": ("{x} °C is {r} °F.", "{r} °F.", "The answer is {r} degrees Fahrenheit.",
-          "Multiply by 9/5 and add 32: {x} × 9/5 = {mid}, and {mid} + 32 = {r}. So {x} °C = {r} °F.",
-          "Sure! {x} × 9/5 = {mid}, then {mid} + 32 = {r}, so it is {r} °F.",
-          "Using °F = °C × 1.8 + 32: {x} × 1.8 = {mid}, and {mid} + 32 = {r}. The answer is {r} °F."),
-    "F": ("{x} °F is {r} °C.", "{r} °C.", "The answer is {r} degrees Celsius.",
-          "Subtract 32 and multiply by 5/9: {x} - 32 = {mid}, and {mid} × 5/9 = {r}. So {x} °F = {r} °C.",
-          "Sure! {x} - 32 = {mid}, then {mid} × 5/9 = {r}, so it is {r} °C.",
-          "Using °C = (°F - 32) ÷ 1.8: {x} - 32 = {mid}, and {mid} ÷ 1.8 = {r}. The answer is {r} °C."),
-}
-_ASK_TEMPERATURE = {"C": ("Convert {x} °C to Fahrenheit.", "What is {x} degrees Celsius in Fahrenheit?"),
-                    "F": ("Convert {x} °F to Celsius.", "What is {x} degrees Fahrenheit in Celsius?")}
+_UNITS = _table(_UNIT_CONTENT["conversions"], "unit", "units", "small_units", "factor", "wrong_factors", "max_count")
+_ASK_UNITS, _CONVERT = tuple(_UNIT_CONTENT["questions"]), tuple(_UNIT_CONTENT["answers"])
+_TEMPERATURE = {scale: tuple(t["answers"]) for scale, t in _UNIT_CONTENT["temperature"].items()}
+_ASK_TEMPERATURE = {scale: tuple(t["questions"]) for scale, t in _UNIT_CONTENT["temperature"].items()}
 
 
 def conversion(rng: random.Random, easy: bool = False) -> Question:
@@ -327,62 +303,13 @@ def units_questions(rng: random.Random) -> list[Question]:
 
 # ----------------------------------------------------------------------------- facts
 
-_CAPITALS = (("France", "Paris", "Lyon", "Marseille"), ("Japan", "Tokyo", "Kyoto", "Osaka"),
-             ("Italy", "Rome", "Milan", "Venice"), ("Germany", "Berlin", "Munich", "Hamburg"),
-             ("Spain", "Madrid", "Barcelona", "Seville"), ("Canada", "Ottawa", "Toronto", "Vancouver"),
-             ("Australia", "Canberra", "Sydney", "Melbourne"), ("Egypt", "Cairo", "Alexandria", "Luxor"),
-             ("Russia", "Moscow", "Kazan", "Omsk"), ("the United Kingdom", "London", "Manchester", "Edinburgh"),
-             ("Kenya", "Nairobi", "Mombasa", "Kisumu"), ("Greece", "Athens", "Sparta", "Thessaloniki"),
-             ("Portugal", "Lisbon", "Porto", "Faro"), ("China", "Beijing", "Shanghai", "Hong Kong"),
-             ("Norway", "Oslo", "Bergen", "Stockholm"), ("Mexico", "Mexico City", "Guadalajara", "Cancun"))
+_FACT_CONTENT = _CONTENT["facts"]
+_ASK_CAPITAL, _CAPITAL = _FACT_CONTENT["capital_question"], _FACT_CONTENT["capital_statement"]
 # question, statement ({a} = answer), answer, wrong alternatives, other accepted spellings
-_FACTS = tuple((f"What is the capital of {c}?", f"The capital of {c} is {{a}}.", a, w, ()) for c, a, *w in _CAPITALS) + (
-    ("Which planet is the largest in our solar system?", "The largest planet in our solar system is {a}.", "Jupiter",
-     ("Saturn", "Neptune"), ()),
-    ("Which planet is closest to the Sun?", "The planet closest to the Sun is {a}.", "Mercury", ("Venus", "Mars"), ()),
-    ("Which planet is known as the Red Planet?", "The Red Planet is {a}.", "Mars", ("Venus", "Jupiter"), ()),
-    ("Which planet is famous for its bright rings?", "The planet famous for its bright rings is {a}.", "Saturn", ("Jupiter", "Uranus"), ()),
-    ("What is the third planet from the Sun?", "The third planet from the Sun is {a}.", "Earth", ("Mars", "Venus"), ()),
-    ("What is the chemical symbol for gold?", "The chemical symbol for gold is {a}.", "Au", ("Ag", "Go"), ()),
-    ("What is the chemical symbol for silver?", "The chemical symbol for silver is {a}.", "Ag", ("Au", "Si"), ()),
-    ("What is the chemical symbol for iron?", "The chemical symbol for iron is {a}.", "Fe", ("Ir", "In"), ()),
-    ("What is the chemical symbol for sodium?", "The chemical symbol for sodium is {a}.", "Na", ("So", "K"), ()),
-    ("What is the chemical symbol for helium?", "The chemical symbol for helium is {a}.", "He", ("H", "Hl"), ()),
-    ("What is the chemical formula of water?", "The chemical formula of water is {a}.", "H2O", ("CO2", "H2O2"), ()),
-    ('Who wrote "Romeo and Juliet"?', '"Romeo and Juliet" was written by {a}.', "William Shakespeare",
-     ("Charles Dickens", "Christopher Marlowe"), ("Shakespeare",)),
-    ('Who wrote "1984"?', '"1984" was written by {a}.', "George Orwell", ("Aldous Huxley", "George Eliot"), ("Orwell",)),
-    ('Who wrote "Pride and Prejudice"?', '"Pride and Prejudice" was written by {a}.', "Jane Austen", ("Charlotte Brontë", "Emily Brontë"),
-     ("Austen",)),
-    ("Who wrote the Harry Potter books?", "The Harry Potter books were written by {a}.", "J.K. Rowling", ("J.R.R. Tolkien", "Roald Dahl"),
-     ("Rowling",)),
-    ('Who wrote "The Odyssey"?', '"The Odyssey" was written by {a}.', "Homer", ("Virgil", "Sophocles"), ()),
-    ('Who wrote "War and Peace"?', '"War and Peace" was written by {a}.', "Leo Tolstoy", ("Fyodor Dostoevsky", "Anton Chekhov"),
-     ("Tolstoy",)),
-    ('Who wrote "Don Quixote"?', '"Don Quixote" was written by {a}.', "Miguel de Cervantes", ("Lope de Vega", "Dante Alighieri"),
-     ("Cervantes",)),
-    ("Who painted the Mona Lisa?", "The Mona Lisa was painted by {a}.", "Leonardo da Vinci", ("Michelangelo", "Raphael"), ("da Vinci",)),
-    ("Who developed the theory of relativity?", "The theory of relativity was developed by {a}.", "Albert Einstein",
-     ("Isaac Newton", "Niels Bohr"), ("Einstein",)),
-    ("What is the largest ocean on Earth?", "The largest ocean on Earth is the {a} Ocean.", "Pacific", ("Atlantic", "Indian"), ()),
-    ("What is the tallest mountain in the world?", "The tallest mountain in the world is Mount {a}.", "Everest",
-     ("Kilimanjaro", "Fuji"), ()),
-    ("What is the largest mammal?", "The largest mammal is the {a}.", "blue whale", ("elephant", "giraffe"), ()),
-    ("How many continents are there?", "There are {a} continents.", "seven", ("six", "eight"), ("7",)),
-    ("How many legs does a spider have?", "A spider has {a} legs.", "eight", ("six", "ten"), ("8",)),
-    ("At what temperature in degrees Celsius does water boil at sea level?", "Water boils at {a} degrees Celsius at sea level.", "100",
-     ("90", "212"), ()),
-    ("What is the smallest prime number?", "The smallest prime number is {a}.", "2", ("1", "3"), ()),
-    ("How many days are there in a leap year?", "A leap year has {a} days.", "366", ("365", "364"), ()),
-    ("What is the currency of Japan?", "The currency of Japan is the {a}.", "yen", ("yuan", "won"), ()),
-    ("What language is mainly spoken in Brazil?", "The main language of Brazil is {a}.", "Portuguese", ("Spanish", "Brazilian"), ()),
-    ("What is the hardest natural substance?", "The hardest natural substance is {a}.", "diamond", ("quartz", "granite"), ()),
-    ("What gas do plants absorb from the air?", "Plants absorb {a} from the air.", "carbon dioxide", ("oxygen", "nitrogen"), ("CO2",)),
-    ("How many sides does a hexagon have?", "A hexagon has {a} sides.", "six", ("five", "eight"), ("6",)),
-    ("Which animal is known as the king of the jungle?", "The {a} is known as the king of the jungle.", "lion", ("tiger", "elephant"), ()),
-)
-_STATE = ("{statement}", "{A}.", "The answer is {a}.", "Sure! {statement}", "{statement} Let me know if you have any other questions.",
-          "It's {a}.")
+_FACTS = tuple((_ASK_CAPITAL.replace("{country}", c), _CAPITAL.replace("{country}", c), a, w, ())
+               for c, a, w in _table(_FACT_CONTENT["capitals"], "country", "capital", "wrong"))
+_FACTS += _table(_FACT_CONTENT["facts"], "question", "statement", "answer", "wrong", "aliases")
+_STATE = tuple(_FACT_CONTENT["answers"])
 
 
 def _fact_values(a: str) -> dict:
@@ -401,111 +328,10 @@ def facts_questions(rng: random.Random) -> list[Question]:
 # ----------------------------------------------------------------------------- code
 
 # question, function name, what it does, test cases ((args), result), implementations (code, bugs (line, buggy line))
-_CODE = (
-    ("Write a Python function that reverses a string.", "reverse", "returns the string reversed",
-     ((("hello",), "olleh"), (("ab",), "ba"), (("",), "")),
-     (("def reverse(s):\n    return s[::-1]", ((1, "    return s[:-1]"), (1, "    return s[::1]"))),
-      ('def reverse(s):\n    return "".join(reversed(s))', ((1, '    return " ".join(reversed(s))'),)))),
-    ("Write a Python function that returns the sum of a list of numbers.", "total", "adds up all the numbers in the list",
-     ((([1, 2, 3],), 6), (([],), 0), (([5],), 5)),
-     (("def total(xs):\n    result = 0\n    for x in xs:\n        result += x\n    return result",
-       ((1, "    result = 1"), (3, "        result = x"))),
-      ("def total(xs):\n    return sum(xs)", ((1, "    return sum(xs[1:])"),)))),
-    ("Write a Python function that checks whether a number is even.", "is_even", "returns True for even numbers and False for odd ones",
-     (((4,), True), ((7,), False), ((0,), True)),
-     (("def is_even(n):\n    return n % 2 == 0", ((1, "    return n % 2 == 1"), (1, "    return n % 3 == 0"))),
-      ("def is_even(n):\n    if n % 2 == 0:\n        return True\n    return False", ((1, "    if n % 2:"),)))),
-    ("Write a Python function that returns the largest number in a non-empty list.", "largest", "returns the biggest element of the list",
-     ((([3, 9, 2],), 9), (([-5, -1],), -1), (([7],), 7)),
-     (("def largest(xs):\n    best = xs[0]\n    for x in xs:\n        if x > best:\n            best = x\n    return best",
-       ((3, "        if x < best:"), (1, "    best = 0"))),)),
-    ("Write a Python function that computes the factorial of n.", "factorial", "returns n! (and 1 for n = 0)",
-     (((0,), 1), ((1,), 1), ((5,), 120)),
-     (("def factorial(n):\n    result = 1\n    for i in range(2, n + 1):\n        result *= i\n    return result",
-       ((2, "    for i in range(2, n):"), (1, "    result = 0"))),
-      ("def factorial(n):\n    if n <= 1:\n        return 1\n    return n * factorial(n - 1)", ((3, "    return n * factorial(n - 2)"),)))),
-    ("Write a Python function that counts the vowels in a string.", "count_vowels", "returns how many of a, e, i, o, u the string contains",
-     ((("hello",), 2), (("AEIOU",), 5), (("xyz",), 0)),
-     (('def count_vowels(s):\n    return sum(1 for c in s.lower() if c in "aeiou")',
-       ((1, '    return sum(1 for c in s if c in "aeiou")'),)),
-      ('def count_vowels(s):\n    count = 0\n    for c in s.lower():\n        if c in "aeiou":\n            count += 1\n    return count',
-       ((3, '        if c in "aeio":'),)))),
-    ("Write a Python function that checks whether a string is a palindrome.", "is_palindrome",
-     "returns True when the string reads the same backwards",
-     ((("racecar",), True), (("hello",), False), (("",), True)),
-     (("def is_palindrome(s):\n    return s == s[::-1]", ((1, "    return s == s[1:]"), (1, "    return s[0] == s[-1]"))),)),
-    ("Write a Python function that returns the average of a non-empty list of numbers.", "average", "returns the mean of the list",
-     ((([2, 4, 6],), 4), (([5],), 5)),
-     (("def average(xs):\n    return sum(xs) / len(xs)", ((1, "    return sum(xs) / (len(xs) - 1)"), (1, "    return sum(xs) // 2"))),)),
-    ('Write a Python function fizzbuzz(n) that returns "Fizz" for multiples of 3, "Buzz" for multiples of 5, '
-     '"FizzBuzz" for multiples of both, and the number as a string otherwise.', "fizzbuzz", "follows the FizzBuzz rules",
-     (((3,), "Fizz"), ((5,), "Buzz"), ((15,), "FizzBuzz"), ((7,), "7")),
-     (('def fizzbuzz(n):\n    if n % 15 == 0:\n        return "FizzBuzz"\n    if n % 3 == 0:\n        return "Fizz"\n'
-       '    if n % 5 == 0:\n        return "Buzz"\n    return str(n)', ((1, "    if n % 10 == 0:"), (5, "    if n % 3 == 0:"))),)),
-    ("Write a Python function that squares every number in a list.", "squares", "returns a new list with each number squared",
-     ((([1, 2, 3],), [1, 4, 9]), (([],), [])),
-     (("def squares(xs):\n    return [x * x for x in xs]",
-       ((1, "    return [x * 2 for x in xs]"), (1, "    return [x ** x for x in xs]"))),)),
-    ("Write a Python function that returns the n-th Fibonacci number, with fib(0) = 0 and fib(1) = 1.", "fib",
-     "returns the n-th Fibonacci number",
-     (((0,), 0), ((1,), 1), ((10,), 55)),
-     (("def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a",
-       ((1, "    a, b = 1, 1"), (3, "        a, b = b, a + 1"))),)),
-    ("Write a Python function that converts a temperature from Celsius to Fahrenheit.", "to_fahrenheit", "converts °C to °F",
-     (((0,), 32), ((100,), 212), ((-40,), -40)),
-     (("def to_fahrenheit(c):\n    return c * 9 / 5 + 32", ((1, "    return c * 5 / 9 + 32"), (1, "    return (c + 32) * 9 / 5"))),)),
-    ("Write a Python function that checks whether a number is prime.", "is_prime", "returns True for prime numbers",
-     (((1,), False), ((2,), True), ((4,), False), ((9,), False), ((13,), True)),
-     (("def is_prime(n):\n    if n < 2:\n        return False\n    for d in range(2, int(n ** 0.5) + 1):\n        if n % d == 0:\n"
-       "            return False\n    return True", ((3, "    for d in range(2, int(n ** 0.5)):"), (1, "    if n < 1:"))),)),
-    ("Write a Python function that removes duplicates from a list while keeping the original order.", "unique",
-     "keeps the first occurrence of every element", ((([1, 2, 1, 3, 2],), [1, 2, 3]), (([3, 1, 3, 2],), [3, 1, 2]), (([],), [])),
-     (("def unique(xs):\n    seen = []\n    for x in xs:\n        if x not in seen:\n            seen.append(x)\n    return seen",
-       ((3, "        if x in seen:"),)),
-      ("def unique(xs):\n    return list(dict.fromkeys(xs))", ((1, "    return list(set(xs))"),)))),
-    ("Write a Python function that returns the smaller of two numbers.", "smaller", "returns whichever argument is smaller",
-     (((2, 5), 2), ((7, 3), 3), ((4, 4), 4)),
-     (("def smaller(a, b):\n    return a if a < b else b", ((1, "    return a if a > b else b"),)),
-      ("def smaller(a, b):\n    if a < b:\n        return a\n    return b", ((2, "        return b"),)))),
-    ("Write a Python function that capitalizes the first letter of every word in a sentence.", "capitalize_words",
-     "returns the sentence with every word capitalized", ((("hello world",), "Hello World"), (("a",), "A")),
-     (('def capitalize_words(s):\n    return " ".join(w.capitalize() for w in s.split())',
-       ((1, '    return " ".join(w.upper() for w in s.split())'), (1, '    return "".join(w.capitalize() for w in s.split())'))),)),
-    ("Write a Python function that counts the elements of a list without using len().", "count", "returns the number of elements",
-     ((([4, 5, 6],), 3), (([],), 0)),
-     (("def count(xs):\n    n = 0\n    for _ in xs:\n        n += 1\n    return n", ((1, "    n = 1"), (3, "        n += 2"))),)),
-    ("Write a Python function that returns the index of the first occurrence of a value in a list, or -1 if it is missing.", "index_of",
-     "returns the position of the first match", ((([5, 7, 9], 7), 1), (([5, 7, 7], 7), 1), (([1], 3), -1)),
-     (("def index_of(xs, target):\n    for i, x in enumerate(xs):\n        if x == target:\n            return i\n    return -1",
-       ((3, "            return i + 1"), (4, "    return 0"))),)),
-    ("Write a Python function that counts the words in a sentence.", "word_count", "returns how many words the sentence has",
-     ((("the quick brown fox",), 4), (("hello",), 1), (("",), 0)),
-     (("def word_count(s):\n    return len(s.split())", ((1, '    return len(s.split(" "))'), (1, '    return s.count(" ")'))),)),
-    ("Write a Python function that returns the absolute value of a number without using abs().", "absolute", "returns the absolute value",
-     (((-3,), 3), ((4,), 4), ((0,), 0)),
-     (("def absolute(n):\n    return -n if n < 0 else n", ((1, "    return -n if n > 0 else n"),)),
-      ("def absolute(n):\n    if n < 0:\n        return -n\n    return n", ((2, "        return n"),)))),
-    ("Write a Python function that merges two dictionaries, with values from the second one winning.", "merge",
-     "returns one dictionary with the keys of both", ((({"x": 1}, {"x": 2, "y": 3}), {"x": 2, "y": 3}),),
-     (("def merge(a, b):\n    return {**a, **b}", ((1, "    return {**b, **a}"),)),
-      ("def merge(a, b):\n    result = dict(a)\n    result.update(b)\n    return result", ((2, "    result.update(a)"),)))),
-    ("Write a Python function that returns the last element of a non-empty list.", "last", "returns the final element",
-     ((([1, 2, 3],), 3), ((["a"],), "a")),
-     (("def last(xs):\n    return xs[-1]", ((1, "    return xs[len(xs)]"), (1, "    return xs[-2]"))),)),
-    ("Write a Python function that keeps only the even numbers of a list.", "evens", "returns the even numbers in their original order",
-     ((([1, 2, 3, 4],), [2, 4]), (([],), [])),
-     (("def evens(xs):\n    return [x for x in xs if x % 2 == 0]", ((1, "    return [x for x in xs if x % 2]"),)),)),
-    ("Write a Python function that multiplies all the numbers in a list.", "product", "returns the product of the list (1 when empty)",
-     ((([2, 3, 4],), 24), (([],), 1)),
-     (("def product(xs):\n    result = 1\n    for x in xs:\n        result *= x\n    return result",
-       ((1, "    result = 0"), (3, "        result += x"))),)),
-    ("Write a Python function that counts how many digits a string contains.", "count_digits", "returns the number of digit characters",
-     ((("a1b22",), 3), (("abc",), 0)),
-     (("def count_digits(s):\n    return sum(c.isdigit() for c in s)", ((1, "    return sum(c.isalpha() for c in s)"),)),)),
-)
-_SNIPPET = ("```python\n{code}\n```", "Here is a short solution:\n\n```python\n{code}\n```",
-            "Sure! You can write it like this:\n\n```python\n{code}\n```\n\nCall `{name}` with your input.",
-            "```python\n{code}\n```\n\nThe function `{name}` {does}.")
+_CODE = tuple((t["question"], t["name"], t["does"], tuple((tuple(c["args"]), c["result"]) for c in t["cases"]),
+               tuple(("\n".join(i["code"]), tuple((b["line"], b["buggy"]) for b in i["bugs"])) for i in t["implementations"]))
+              for t in _CONTENT["code"]["tasks"])
+_SNIPPET = tuple(_CONTENT["code"]["answers"])
 
 
 def passes(code: str, name: str, cases: tuple) -> bool:
@@ -536,36 +362,15 @@ def code_questions(rng: random.Random) -> list[Question]:
 
 # ----------------------------------------------------------------------------- instructions
 
+_INSTRUCTIONS = _CONTENT["instructions"]
 # things: (members, things that are not members)
-_POOLS = {"fruits": (("apple", "banana", "cherry", "mango", "pear", "grape", "peach"), ("carrot", "potato")),
-          "colors": (("red", "blue", "green", "yellow", "purple", "pink", "brown"), ("circle", "apple")),
-          "animals": (("dog", "cat", "horse", "rabbit", "lion", "elephant", "zebra"), ("tulip", "table")),
-          "vegetables": (("carrot", "potato", "onion", "broccoli", "spinach", "cabbage"), ("apple", "banana")),
-          "planets": (("Mercury", "Venus", "Earth", "Mars", "Jupiter", "Saturn", "Neptune"), ("Moon", "Sun")),
-          "musical instruments": (("piano", "guitar", "violin", "drum", "flute", "trumpet", "cello"), ("hammer", "microphone")),
-          "sports": (("football", "tennis", "basketball", "swimming", "golf", "hockey"), ("pizza", "music")),
-          "countries in Europe": (("France", "Spain", "Italy", "Germany", "Portugal", "Greece", "Norway"), ("Brazil", "Japan"))}
-_LIST = ("{Items}.", "Here are {n} {things}: {items}.", "{numbered}", "{bullets}", "Sure! Some {things} are {items}.")
-_ONE_WORD = (("What color is the sky on a clear day?", "Blue", "Green", "sky"), ("What is the opposite of hot?", "Cold", "Warm", "weather"),
-             ("Which animal barks?", "Dog", "Cat", "barks"), ("What do bees make?", "Honey", "Milk", "mostly"),
-             ("What is frozen water called?", "Ice", "Steam", "cubes"), ("Which season comes after winter?", "Spring", "Autumn", "season"),
-             ("What do you call a baby cat?", "Kitten", "Puppy", "obviously"), ("Which star is closest to Earth?", "Sun", "Moon", "star"))
-_UPPER = (("greet a neighbor in the morning", "GOOD MORNING, NEIGHBOR! HAVE A NICE DAY."),
-          ("say that the meeting starts at noon", "THE MEETING STARTS AT NOON IN ROOM B."),
-          ("tell a friend you will be late", "SORRY, I WILL BE A LITTLE LATE TODAY."),
-          ("wish someone a happy birthday", "HAPPY BIRTHDAY! I HOPE YOU HAVE A WONDERFUL DAY."),
-          ("ask someone to close the door", "COULD YOU PLEASE CLOSE THE DOOR? THANK YOU."),
-          ("thank a teacher", "THANK YOU FOR ALL YOUR HELP THIS YEAR."))
-_LOWER = (("describe your favorite breakfast", "i like toast with butter and a cup of tea."),
-          ("say where you would like to travel", "i would love to visit paris in the spring."),
-          ("describe the weather today", "it is sunny and warm, with a light breeze."),
-          ("introduce your pet", "this is max, my friendly brown dog."),
-          ("recommend a book", "you should read the hobbit by tolkien."))
+_POOLS = {things: (tuple(p["members"]), tuple(p["not_members"])) for things, p in _INSTRUCTIONS["lists"]["pools"].items()}
+_LIST = tuple(_INSTRUCTIONS["lists"]["answers"])
+_ONE_WORD = _table(_INSTRUCTIONS["one_word"]["items"], "question", "answer", "wrong", "extra_word")
+_UPPER = _table(_INSTRUCTIONS["uppercase"]["items"], "request", "reply")
+_LOWER = _table(_INSTRUCTIONS["lowercase"]["items"], "request", "reply")
 # topic, sentence without the letter e, a word of it, a replacement that has an e
-_NO_E = (("cats", "A cat naps on a warm rug.", "naps", "sleeps"), ("rain", "Rain falls on our roof all day.", "roof", "street"),
-         ("music", "I play guitar with my band at night.", "night", "weekends"), ("food", "I want pizza for lunch.", "want", "need"),
-         ("a park", "Kids run and play in a big park.", "big", "green"), ("the sea", "A fish swims in a calm bay.", "calm", "deep"),
-         ("school", "Our math class is fun.", "fun", "great"))
+_NO_E = _table(_INSTRUCTIONS["no_e"]["items"], "topic", "sentence", "word", "replacement")
 
 
 def _cap(s: str) -> str:
@@ -582,8 +387,8 @@ def _list_questions(rng: random.Random) -> list[Question]:
     out = []
     for i, (things, (members, outsiders)) in enumerate(_POOLS.items()):
         for n in (3, 2) if i < 4 else (3,):
-            items, word = rng.sample(members, n), {2: "two", 3: "three"}[n]
-            text = rng.choice(("List {n} {things}.", "Name {n} {things}.", "Give me {n} {things}, please.")).format(n=word, things=things)
+            items, word = rng.sample(members, n), _INSTRUCTIONS["lists"]["count_words"][str(n)]
+            text = rng.choice(_INSTRUCTIONS["lists"]["questions"]).format(n=word, things=things)
             bad = [items[:j] + [x] + items[j + 1:] for j in range(1, n) for x in (rng.choice(outsiders), items[0])]
             right, wrongs = _list_values(items, things, word), [_list_values(b, things, word) for b in bad]
             out.append(_question("instructions", text, _LIST, right, wrongs))
@@ -591,17 +396,17 @@ def _list_questions(rng: random.Random) -> list[Question]:
 
 
 def _case_questions(rng: random.Random) -> list[Question]:
-    out = []
+    out, upper, lower = [], _INSTRUCTIONS["uppercase"], _INSTRUCTIONS["lowercase"]
     for request, reply in _UPPER:
         words = reply.split(" ")
         bad = [" ".join(words[:k] + [w.lower() for w in words[k:]]) for k in rng.sample(range(len(words)), 2)]
-        text = rng.choice(("Reply in uppercase letters only: {r}.", "Using only capital letters, {r}.")).format(r=request)
-        out.append(_question("instructions", text, ("{t}", "SURE! {t}", "OKAY. {t}"), {"t": reply}, [{"t": b} for b in bad]))
+        text = rng.choice(upper["questions"]).format(r=request)
+        out.append(_question("instructions", text, tuple(upper["answers"]), {"t": reply}, [{"t": b} for b in bad]))
     for request, reply in _LOWER:
         words = reply.split(" ")
         bad = [" ".join(words[:k] + [_cap(words[k])] + words[k + 1:]) for k in rng.sample(range(len(words)), 2)]
-        text = rng.choice(("Reply in lowercase letters only: {r}.", "Use only lowercase letters and {r}.")).format(r=request)
-        out.append(_question("instructions", text, ("{t}", "sure! {t}", "okay, {t}"), {"t": reply}, [{"t": b} for b in bad]))
+        text = rng.choice(lower["questions"]).format(r=request)
+        out.append(_question("instructions", text, tuple(lower["answers"]), {"t": reply}, [{"t": b} for b in bad]))
     return out
 
 
@@ -610,22 +415,21 @@ def _count_question(rng: random.Random) -> Question:
     seq = list(range(a, a + rng.randint(5, 8)))
     j = rng.randint(1, len(seq) - 2)
     bad = [seq[:j] + seq[j + 1:], seq[:j] + [seq[j - 1]] + seq[j + 1:]]
-    text = rng.choice(("Count from {a} to {b}.", "Count from {a} to {b}, separated by commas.", "Please count from {a} to {b}.")).format(
-        a=a, b=seq[-1])
-    return _question("instructions", text, ("{seq}.", "Sure! {seq}.", "Here you go: {seq}."), {"seq": ", ".join(map(str, seq))},
+    text = rng.choice(_INSTRUCTIONS["counting"]["questions"]).format(a=a, b=seq[-1])
+    return _question("instructions", text, tuple(_INSTRUCTIONS["counting"]["answers"]), {"seq": ", ".join(map(str, seq))},
                      [{"seq": ", ".join(map(str, b))} for b in bad])
 
 
 def instruction_questions(rng: random.Random) -> list[Question]:
     """Lists, one-word answers, upper/lower case replies, sentences without "e", counting."""
-    out = _list_questions(rng)
+    out, one_word, no_e = _list_questions(rng), _INSTRUCTIONS["one_word"], _INSTRUCTIONS["no_e"]
     for q, word, wrong, extra in _ONE_WORD:
-        text = rng.choice(("Answer in one word: {q}", "{q} Answer in one word.", "In one word: {q}")).format(q=q)
-        out.append(_question("instructions", text, ("{w}.", "{w}", "{w}!"), {"w": word}, [{"w": wrong}, {"w": f"{word} {extra}"}], (word,)))
+        text = rng.choice(one_word["questions"]).format(q=q)
+        out.append(_question("instructions", text, tuple(one_word["answers"]), {"w": word}, [{"w": wrong}, {"w": f"{word} {extra}"}],
+                             (word,)))
     out += _case_questions(rng)
     for topic, sentence, word, replacement in _NO_E:
-        text = f"Write a short sentence about {topic} without using the letter e."
-        out.append(_question("instructions", text, ("{s}", "Got it! {s}", "Okay: {s}"), {"s": sentence},
+        out.append(_question("instructions", no_e["question"].format(topic=topic), tuple(no_e["answers"]), {"s": sentence},
                              [{"s": sentence.replace(word, replacement, 1)}]))
     return out + _by_text(lambda: _count_question(rng), 6)
 
@@ -1016,7 +820,7 @@ def build(out_dir: Path = OUT_DIR, seed: int = SEED, regenerate_target: bool = F
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specviz.judge_data", description="Build the judge-decoding dataset.")
+    parser = argparse.ArgumentParser(prog="python -m specviz.training.judge_data", description="Build the judge-decoding dataset.")
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("build", help="rewrite dataset.jsonl, eval_questions.jsonl and the README counts")
     cmd.add_argument("--out-dir", type=Path, default=OUT_DIR)

@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from specviz.analysis.quality import as_number
 from specviz.training import judge_data as jd
 
 OUT = jd.OUT_DIR / "decisions.jsonl"
@@ -73,7 +74,7 @@ def _fresh(make, n: int, taken: set[str], tries: int = 50) -> list[jd.Question]:
 
 def answer_key(text: str, q: jd.Question) -> str | None:
     """What must survive a decision: the last number for numeric questions, else the expected word if present."""
-    if jd._as_number(q.expected[0]) is not None:
+    if as_number(q.expected[0]) is not None:
         found = jd.numbers(text)
         return f"{found[-1][1]:g}" if found else None
     return q.expected[0] if jd.is_correct(text, list(q.expected)) else None

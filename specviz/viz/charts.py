@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from specviz.core.formulas import best_gamma, expected_tokens, speedup
+
 PALETTE = ["#4C6FE0", "#E0784C", "#2E9D6B", "#B04CE0", "#C9A227"]
 AR_COLOUR = "#6B7280"
 SPLIT_COLOURS = {"prefill": "#9CA3AF", "draft": "#E0784C", "verify": "#4C6FE0", "overhead": "#C9A227"}
@@ -150,20 +152,10 @@ def dynamics_figure(d: Dynamics) -> go.Figure:
     return figure(dynamics_spec(d))
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Expected tokens per step with i.i.d. acceptance α: (1 − α^{γ+1}) / (1 − α)."""
-    if alpha >= 1:
-        return gamma + 1.0
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-def speedup(alpha: float, c: float, gamma: int) -> float:
-    """S(γ) = (1 − α^{γ+1}) / ((1 − α)(γc + 1))."""
-    return expected_tokens(alpha, gamma) / (gamma * c + 1)
 
 
-def best_gamma(alpha: float, c: float, gamma_max: int) -> int:
-    return max(range(gamma_max + 1), key=lambda g: speedup(alpha, c, g))
 
 
 @dataclass

@@ -14,7 +14,7 @@ import torch
 
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears
-from specviz.models.backends.lean import LeanCachedModel
+from specviz.models.backends.lean import LeanStorage
 
 
 def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.dtype | None = None) -> None:
@@ -35,8 +35,12 @@ def supports_lean(lm: LoadedModel) -> bool:
             and getattr(c, "pretraining_tp", 1) == 1 and rope.get("rope_type", "default") == "default")
 
 
-def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False) -> CachedModel:
-    """The cached model a target or a draft runs on: the lean forward where the architecture allows (over the
-    model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and :func:`int8_kernels` says
-    they pay, which only a draft may ask), transformers' otherwise."""
-    return LeanCachedModel(lm, vocab_size, full_vocab, int8) if supports_lean(lm) else CachedModel(lm, vocab_size)
+def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False,
+                 prenorm: bool = False, features: bool = False) -> CachedModel:
+    """The cached model a target or a draft runs on: on the lean storage where the architecture allows (over the
+    model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and the CPU kernels say they pay,
+    which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``prenorm`` and ``features``: what
+    each :class:`~specviz.core.cache.Forward` carries besides the logits."""
+    vocab_size = vocab_size or lm.vocab_size
+    storage = LeanStorage(lm, vocab_size, full_vocab, int8) if supports_lean(lm) else None
+    return CachedModel(lm, vocab_size, storage, prenorm, features)

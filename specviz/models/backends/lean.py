@@ -3,9 +3,9 @@ dozen tensor ops per layer, in the spirit of gpt-fast's ``generate.py``.
 
 A small model spends much of a transformers forward in Python (masks, cache objects, module hooks), not in
 arithmetic: about 8 % of a SmolLM2-135M step on a 2-core CPU, most of a few-million-parameter draft's.
-:class:`LeanCachedModel` keeps :class:`~specviz.cache.CachedModel`'s contract (full token list in, logits of
+:class:`LeanStorage` is a storage of :class:`~specviz.core.cache.CachedModel` (full token list in, logits of
 the last ``keep`` positions out, pre-norm states on request, lazy rollback to the common prefix), so drafters
-and the engine cannot tell them apart. Both the target and the drafts run on it. On an fp32 CPU model it
+and the engine cannot tell it from transformers' forward. Both the target and the drafts run on it. On an fp32 CPU model it
 calls the model's own prepacked linear layers, and its logits are bitwise those of transformers' forward
 (``tests/test_lean.py``), so greedy decoding still matches ``generate`` token for token.
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specviz.core.cache import CachedModel, LoadedModel
+from specviz.core.cache import LoadedModel
 from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
 
 
@@ -143,33 +143,27 @@ class LeanStack:
         return x
 
 
-class LeanCachedModel(CachedModel):
-    """A :class:`~specviz.cache.CachedModel` whose forward is :meth:`_run` over a :class:`LeanStack`."""
+class LeanStorage:
+    """The cached-model storage of a Llama-style model over a :class:`LeanStack` (the lean forward), with the LM
+    head over the model's draft vocabulary unless ``full_vocab`` (the other logits are -inf)."""
 
-    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False):
+    def __init__(self, lm: LoadedModel, vocab_size: int, full_vocab: bool = True, int8: bool = False):
         m = lm.model
         self.embed, self.norm, self.eps = m.model.embed_tokens.weight, m.model.norm.weight, m.config.rms_norm_eps
+        self.vocab_size = vocab_size
         int8 = int8 and int8_kernels(self.embed.dtype, self.embed.device)
-        self.stack_args = lean_layers(m, int8=int8), m.config, self.embed.dtype, self.embed.device, m.model.rotary_emb.inv_freq
-        super().__init__(lm, vocab_size)
-        ids = sorted({i for i in lm.draft_vocab if i < self.vocab_size}) if lm.draft_vocab and not full_vocab else None
+        self.stack = LeanStack(lean_layers(m, int8=int8), m.config, self.embed.dtype, self.embed.device, m.model.rotary_emb.inv_freq)
+        ids = sorted({i for i in lm.draft_vocab if i < vocab_size}) if lm.draft_vocab and not full_vocab else None
         self.head_ids = None if ids is None else torch.tensor(ids, device=self.embed.device)
         self.head = vocab_head(m, ids, self.embed.dtype, int8)
 
-    def _init_cache(self) -> None:
-        self.stack = LeanStack(*self.stack_args)
-
-    def _drop_after(self, n: int) -> None:
-        """Nothing to do: positions from ``n`` on are overwritten by the next feed."""
-
-    def _run(self, new: list[int], keep: int, capture: bool) -> torch.Tensor:
-        """Feed ``new`` at positions len(self.ids).. and return logits of the last ``keep``."""
-        x = F.embedding(torch.tensor(new, device=self.embed.device), self.embed)[None]
-        x = self.stack.run(x, len(self.ids))[0]
-        self.states = x if capture else None
+    def run(self, ids: list[int], start: int, keep: int, states: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = F.embedding(torch.tensor(ids, device=self.embed.device), self.embed)[None]
+        x = self.stack.run(x, start)[0]
         logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
-        if self.head_ids is None:
-            return logits
-        return logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
+        if self.head_ids is not None:
+            logits = logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
+        return logits, x if states else None
 
-
+    def truncate(self, length: int) -> None:
+        """Nothing to do: positions from ``length`` on are overwritten by the next feed."""
