@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from specviz.core.errors import ConfigError, ModelLoadError
@@ -27,36 +28,24 @@ def _names(text: str) -> list[str]:
 
 
 def add_decode_options(p: argparse.ArgumentParser) -> None:
-    d = DecodeConfig()
-    p.add_argument("--preset", default=d.preset, help=f"model preset (default {OFFLINE_PRESET})")
-    p.add_argument("--method", default=None, help="ar | sd (default sd)")
-    p.add_argument("--draft", default=None, help="draft name of the preset, 'ngram', a hub id or a local dir")
-    p.add_argument("--chain", type=_names, default=[], help="polybasic chain, fastest first (target implied last)")
-    p.add_argument("--level-gamma", type=int, default=d.level_gamma, help="draft length of each lower chain level")
-    p.add_argument("--select", type=_names, default=[], help="drafts to choose from per step")
-    p.add_argument("--gamma", type=int, default=d.gamma, help="draft length (fixed or initial)")
-    p.add_argument("--gamma-policy", default=d.gamma_policy)
-    p.add_argument("--accept", default=d.accept)
-    p.add_argument("--judge-threshold", type=float, default=d.judge_threshold)
-    p.add_argument("--lenience", type=float, default=d.lenience)
-    p.add_argument("--topk", type=int, default=d.topk)
-    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
-    p.add_argument("--full-draft-vocab", action="store_true",
-                   help="drafts score the whole vocabulary, not only the frequent tokens of their draft_vocab.json")
-    p.add_argument("--dtype", default=d.dtype, help="target dtype: auto (float32 on CPU, exact; bfloat16 on CUDA) | float32 | bfloat16")
+    """One option per DecodeConfig field, with its help and choices; a bool field is a flag that flips its default."""
+    types = {f.name: f.type for f in fields(DecodeConfig)}
+    for name, s in DecodeConfig.settings().items():
+        default, option = getattr(DecodeConfig, name, None), "--" + name.replace("_", "-")
+        help = s.help + (f" ({' | '.join(s.options())})" if s.choices is not None else "")
+        if types[name] == "bool" and default:
+            p.add_argument(f"--no-{name.replace('_', '-')}", dest=name, action="store_false", help=f"do not {help}")
+        elif types[name] == "bool":
+            p.add_argument(option, action="store_true", help=help)
+        elif types[name] == "list[str]":
+            p.add_argument(option, type=_names, default=[], help=help + ", comma-separated")
+        else:
+            kind = {"int": int, "float": float}.get(types[name], str)
+            p.add_argument(option, type=kind, default=default, help=help + ("" if default is None else f"; default {default}"))
 
 
 def config_from_args(a: argparse.Namespace) -> DecodeConfig:
-    return DecodeConfig(
-        preset=a.preset, method=a.method or "sd", draft=a.draft, chain=a.chain, level_gamma=a.level_gamma, select=a.select, gamma=a.gamma,
-        gamma_policy=a.gamma_policy, accept=a.accept, judge_threshold=a.judge_threshold, lenience=a.lenience,
-        topk=a.topk, temperature=a.temperature, top_p=a.top_p, seed=a.seed, max_new_tokens=a.max_new_tokens,
-        chat=not a.no_chat, dtype=a.dtype, full_draft_vocab=a.full_draft_vocab,
-    ).validate()
+    return DecodeConfig(**{name: getattr(a, name) for name in DecodeConfig.settings()}).validate()
 
 
 def build_parser() -> Parser:

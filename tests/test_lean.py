@@ -148,7 +148,8 @@ def test_an_int8_bf16_draft_stays_close_to_its_weights_and_lossless(tiny_target)
     lm = tiny_llama(vocab=96, hidden=32, layers=1, seed=8, init_std=0.2)
     lm.model.to(torch.bfloat16)
     dense, quantized = cached_model(lm), cached_model(lm, int8=True)
-    assert quantized.stack.layers is not dense.stack.layers and cached_model(lm).stack.layers is dense.stack.layers
+    layers = quantized.storage.stack.layers
+    assert layers is not dense.storage.stack.layers and cached_model(lm).storage.stack.layers is dense.storage.stack.layers
     tokens = list(range(3, 40))
     torch.testing.assert_close(quantized.forward(tokens, 4).logits.float(), dense.forward(tokens, 4).logits.float(), atol=0.1, rtol=0.05)
     prompt = [5, 17, 33, 2, 60, 41]

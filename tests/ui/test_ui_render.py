@@ -7,8 +7,6 @@ import time
 import pytest
 
 from specviz.core.errors import ConfigError
-from specviz.runtime import config as engine_config
-from specviz.runtime.config import DecodeConfig
 from specviz.ui.state import baseline_key, make_config, new_session, put_baseline
 from specviz.ui.stream import stream_batches
 from specviz.viz import render
@@ -117,17 +115,6 @@ def test_trace_builder_rows_and_cumulative():
     assert reasons_text(["exact", "judge", "weird"]) == "✓JW"
 
 
-def unavailable_options() -> list[dict]:
-    """Settings the engine does not offer yet (this list shrinks as later issues land)."""
-    options = [{"gamma_policy": p} for p in getattr(engine_config, "FUTURE_GAMMA_POLICIES", ())]
-    options += [{"accept": r} for r in getattr(engine_config, "FUTURE_ACCEPT_RULES", ())]
-    try:
-        DecodeConfig(chain=["draft-s", "ngram"]).validate()
-    except ConfigError as exc:
-        if "not yet available" in str(exc):
-            options.append({"chain": ["draft-s", "ngram"]})
-    return options
-
 
 def settings(**over):
     base = dict(preset="smollm2-offline", method="sd", draft="ngram", gamma=4, gamma_policy="fixed", accept="exact",
@@ -139,7 +126,6 @@ def settings(**over):
     ({"gamma": 1000}, "--gamma must be between"), ({"gamma": None}, "γ is empty"), ({"seed": "abc"}, "seed must be a number"),
     ({"max_new_tokens": -5}, "--max-new-tokens"), ({"temperature": -1}, "--temperature"), ({"top_p": 0}, "--top-p"),
     ({"gamma": 2.5}, "whole number"), ({"lenience": 0}, "lenience"), ({"seed": float("inf")}, "finite"),
-    *[(over, "not yet available") for over in unavailable_options()],
 ])
 def test_bad_settings_give_one_line_errors(over, message):
     with pytest.raises(ConfigError, match=message) as info:
