@@ -1,1 +1,14 @@
-"""specviz: a speculative-decoding engine whose every step can be watched."""
+"""specviz: a speculative-decoding engine whose every step can be watched.
+
+    import specviz
+    trace = specviz.speculate("Explain speculative decoding.", draft="head", gamma=3, baseline=True)
+    trace            # in Jupyter: the token view, its legend and the headline numbers
+    trace.figure()   # tokens against time, speculative and autoregressive
+"""
+
+from specviz.api import Trace, speculate, stream
+from specviz.core.engine import StepEvent
+from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.runtime.config import DecodeConfig
+
+__all__ = ["ConfigError", "DecodeConfig", "ModelLoadError", "StepEvent", "Trace", "speculate", "stream"]

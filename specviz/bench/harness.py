@@ -21,6 +21,8 @@ from specviz.analysis.suites import load_suite
 from specviz.analysis.theory import insertion_helps, run_theory
 from specviz.core.engine import Clock
 from specviz.core.metrics import summarize
+from specviz.core.policy import LengthPolicy
+from specviz.core.registry import GAMMA_POLICIES
 from specviz.models.backends.cpu import is_packed
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
@@ -75,7 +77,7 @@ def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
 
     fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]
-    adaptive = [BenchConfig(p, sd(p)) for p in ("fsm", "cache-fsm", "online", "rl", "hf-heuristic", "confidence")]
+    adaptive = [BenchConfig(p, sd(p)) for p in GAMMA_POLICIES if p != LengthPolicy.name]  # every registered policy
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)), *fixed, *adaptive]
 
 
