@@ -10,17 +10,17 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 export HF_HUB_OFFLINE=1
 MINUTES=${MINUTES:-28}
-$PY -m specviz.train data --prompts 2304 --batch 96 --max-new-tokens 160
-OMP_NUM_THREADS=1 $PY -m specviz.train fit --width 96 --layers 2 --heads 4 --epochs 8 --minutes "$MINUTES" \
+$PY -m specviz.training.drafts data --prompts 2304 --batch 96 --max-new-tokens 160
+OMP_NUM_THREADS=1 $PY -m specviz.training.drafts fit --width 96 --layers 2 --heads 4 --epochs 8 --minutes "$MINUTES" \
   --out assets/models/smollm2-draft-s > results/train_draft_s.log 2>&1 &
-OMP_NUM_THREADS=1 $PY -m specviz.train fit --width 128 --layers 4 --heads 4 --epochs 8 --minutes "$MINUTES" \
+OMP_NUM_THREADS=1 $PY -m specviz.training.drafts fit --width 128 --layers 4 --heads 4 --epochs 8 --minutes "$MINUTES" \
   --out assets/models/smollm2-draft-m > results/train_draft_m.log 2>&1 &
 wait
-$PY -m specviz.train head --minutes 30 --out assets/models/smollm2-head > results/train_head_round1.log 2>&1
-$PY -m specviz.train data --prompts 2688 --batch 64 --max-new-tokens 160 --seed 1
-$PY -m specviz.train head --minutes 38 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
+$PY -m specviz.training.feature_head fit --minutes 30 --out assets/models/smollm2-head > results/train_head_round1.log 2>&1
+$PY -m specviz.training.drafts data --prompts 2688 --batch 64 --max-new-tokens 160 --seed 1
+$PY -m specviz.training.feature_head fit --minutes 38 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
   > results/train_head_round2.log 2>&1
-$PY -m specviz.train data --prompts 10496 --batch 128 --seed 2 --dtype bfloat16
-$PY -m specviz.train head --minutes 40 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
+$PY -m specviz.training.drafts data --prompts 10496 --batch 128 --seed 2 --dtype bfloat16
+$PY -m specviz.training.feature_head fit --minutes 40 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
   > results/train_head.log 2>&1
 tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head.log

@@ -330,7 +330,7 @@ def _trainer(sub, name: str, help: str, minutes: float, batch: int, lr: float) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specviz.train", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m specviz.training.drafts", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("data", help="generate the target's answers and top-k probabilities")
     d.add_argument("--out", type=Path, default=ASSETS / "distill" / "data")
@@ -349,19 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     v.add_argument("--data", type=Path, default=ASSETS / "distill" / "data")
     v.add_argument("--out", type=Path, nargs="+", required=True, help="draft directories")
     v.add_argument("--size", type=int, default=16384)
-    h = _trainer(sub, "head", "train the feature-level draft head (EAGLE) on the generated data", minutes=30, batch=8, lr=1e-3)
-    h.add_argument("--vocab-size", type=int, default=8192)
-    h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
-    h.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's states")
-    h.add_argument("--init", type=Path, help="continue training this head instead of starting from scratch")
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":
         generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed, getattr(torch, a.dtype))
-    elif a.cmd == "head":
-        from specviz.training.feature_head import fit_head
-
-        print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.noise, a.seed, a.init)))
     elif a.cmd == "vocab":
         print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
     else:

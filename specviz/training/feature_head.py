@@ -14,7 +14,9 @@ token. Held-out agreement is the top-1 match with the target at answer positions
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import math
 import random
 import time
@@ -28,7 +30,7 @@ from specviz.methods.feature_head import FeatureHead, load_head, save_head
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.paths import cache_dir
 from specviz.models.presets import GGUF_SOURCE
-from specviz.training.drafts import load_data, rank_tokens, split_heldout, without_evaluation_prompts
+from specviz.training.drafts import _trainer, load_data, rank_tokens, split_heldout, without_evaluation_prompts
 
 
 def sequences(items: list, max_len: int) -> list[tuple[np.ndarray, int]]:
@@ -156,3 +158,18 @@ def fit_head(data: Path, out: Path, vocab_size: int, minutes: float, batch: int,
               "unroll": unroll, "noise": noise, "draft_vocab": vocab_size, "init": str(init) if init else None}
     save_head(head, out, "smollm2-offline", report, {"size": vocab_size, "ids": chosen})
     return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specviz.training.feature_head", description=__doc__.splitlines()[0])
+    h = _trainer(ap.add_subparsers(dest="cmd", required=True), "fit", "train the head on the generated data", minutes=30, batch=8, lr=1e-3)
+    h.add_argument("--vocab-size", type=int, default=8192)
+    h.add_argument("--unroll", type=int, default=2, help="passes over the head's own outputs (1: teacher features only)")
+    h.add_argument("--noise", type=float, default=0.05, help="std of the Gaussian noise added to the target's states")
+    h.add_argument("--init", type=Path, help="continue training this head instead of starting from scratch")
+    a = ap.parse_args(argv)
+    print(json.dumps(fit_head(a.data, a.out, a.vocab_size, a.minutes, a.batch, a.lr, a.max_len, a.unroll, a.noise, a.seed, a.init)))
+
+
+if __name__ == "__main__":
+    main()
