@@ -201,6 +201,10 @@ def render(spec: dict) -> str:
 
 
 def rewrite(text: str, path: Path) -> str:
+    opened = re.findall(r"^<!-- table:([\w-]+) -->$", text, re.M)
+    if len(opened) != len(BLOCK.findall(text)):
+        raise SystemExit(f"{path.relative_to(ROOT)}: a table marker is not closed (tables: {', '.join(opened)})")
+
     def block(m: re.Match) -> str:
         spec = TABLES.get(m["name"])
         if spec is None:
