@@ -32,10 +32,11 @@ test: setup browser
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# the standard benchmark on every suite prompt, into out/ (committed results have their own commands: scripts/run_benchmarks.sh)
 bench: setup
-	$(BIN)/python -m specviz bench --suite all --out results/bench
+	$(BIN)/python -m specviz bench --suite all --per-category 0 --max-new-tokens 64 --out out/bench
 
-# every committed result: standard, policies, chains, judge, chain advisor (about 1.5 h on 2 cores)
+# every committed benchmark result, each step writing only its own files (hours on 2 cores; STEPS=... picks some)
 bench-all: setup
 	bash scripts/run_benchmarks.sh
 

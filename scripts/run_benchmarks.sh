@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Reproduces the committed results: the acceptance predictor, the standard, policy, chain and judge tables,
-# and the chain advisor's ranking. Run on a quiet machine: other CPU load distorts every timing.
-# PER_CATEGORY=0 runs every suite prompt (slow on 2 cores); the committed runs used the value in results/*.md.
-# STEPS selects parts, e.g. STEPS="chains judge".
+# Reproduces the committed results, one step per result; each step writes only its own files, with the settings
+# the committed file was made with (its header states them). Run on a quiet machine: other CPU load distorts every
+# timing. STEPS selects parts, e.g. STEPS="chains judge".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
-STEPS=${STEPS:-"predictor standard policies selection chains judge judge-overhead advisor ui"}
+STEPS=${STEPS:-"predictor standard all-prompts policies selection chains judge judge-confidence judge-head-draft judge-overhead advisor ui"}
 export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
     predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" ;;
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/bench ;;
+    all-prompts) $PY -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" \
+      --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
