@@ -4,7 +4,7 @@ own greedy answers.
     .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...]    # default: the bundled drafts and head
 
 Two measures per draft: on the evaluation suites (2 prompts per category, 64 new tokens, chat template) and on
-the distillation data's held-out answers (the split ``specviz.train fit`` reports). Older drafts can be
+the distillation data's held-out answers (the split ``specviz.training.drafts fit`` reports). Older drafts can be
 compared by restoring them from git, e.g. ``git archive 3c1a678 assets/models | tar -x -C /tmp/old``.
 """
 

@@ -1,6 +1,6 @@
 """Cached forward cost of the offline target (fp32, CPU) by tokens per forward, interleaved, with three linear
 kernels: transformers' default, oneDNN-prepacked weights for every row count, and what
-``specviz.models.PackedLinear`` ships (MKL's narrow GEMM up to 4 rows, the prepacked weights above).
+``specviz.models.backends.cpu.PackedLinear`` ships (MKL's narrow GEMM up to 4 rows, the prepacked weights above).
 
     .venv/bin/python scripts/measure_linear_kernels.py [--reps 15] [--out results/linear_kernels.md]
 

@@ -10,7 +10,7 @@ predictor (``assets/models/acceptance_predictor.json``) expects from the prompt.
 lossless, so every policy walks the same answer, and a step at position t with γ drafted tokens accepts min(γ, L[t]).
 Written to ``results/policy_sim_matches.json``.
 
-``replay``: runs the real policy classes of :mod:`specviz.policies` over those match lengths, feeding them
+``replay``: runs the real policy classes of :mod:`specviz.methods.policies` over those match lengths, feeding them
 steps timed by a cost model fitted to ``results/policies.csv`` (per-step verify and draft milliseconds of the
 fixed-γ rows, plain steps from the AR row), and reports each policy's tokens per second relative to the best
 fixed γ, per prompt (median) and summed. The replay isolates the policy's decisions from the machine's timing

@@ -103,7 +103,7 @@ def test_vocab_mismatch_is_sliced_like_qwen():
 def test_target_runs_in_float32_on_cpu_unless_asked(monkeypatch):
     import torch
 
-    from specviz.runtime import prepare as runner
+    from specviz.runtime import bank as runner
 
     monkeypatch.setattr(runner, "pick_device", lambda: torch.device("cpu"))
     assert runner.target_dtype("auto") is torch.float32  # bf16 verify forwards round differently: not token-exact
@@ -115,7 +115,7 @@ def test_target_runs_in_float32_on_cpu_unless_asked(monkeypatch):
 def test_bank_keeps_one_copy_per_dtype(monkeypatch):
     import torch
 
-    from specviz.runtime import prepare as runner
+    from specviz.runtime import bank as runner
 
     loads = []
     monkeypatch.setattr(runner, "load_model", lambda source, name, dtype=None: loads.append(dtype) or object())

@@ -9,7 +9,7 @@ exact. Longer chains nest: the inner drafter may itself be a StagedDrafter.
 
 Each proposal reports, per level (top first), what that level did in ``Draft.extra["levels"]``: passes
 (forwards), milliseconds and, for verifying levels, (draft length, tokens passed up) per verification;
-:mod:`specviz.theory` turns these into Lemma 3.1 / Theorems 3.2–3.3 numbers.
+:mod:`specviz.analysis.theory` turns these into Lemma 3.1 / Theorems 3.2–3.3 numbers.
 """
 
 from __future__ import annotations

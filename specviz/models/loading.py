@@ -114,7 +114,7 @@ def load_model(source: str, name: str | None = None, device: torch.device | None
 
 
 def read_draft_vocab(model_dir: Path) -> list[int] | None:
-    """The token ids listed in ``draft_vocab.json`` of a local model directory (``specviz.train vocab``)."""
+    """The token ids listed in ``draft_vocab.json`` of a local model directory (``specviz.training.drafts vocab``)."""
     file = model_dir / DRAFT_VOCAB_FILE
     if not file.is_file():
         return None

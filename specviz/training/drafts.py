@@ -1,9 +1,9 @@
 """Distil small draft models from the offline target.
 
-    python -m specviz.train data --prompts 3000      # target answers + top-k probs -> assets/distill/data
-    python -m specviz.train fit --width 64 --layers 2 --out assets/models/smollm2-draft-s
-    python -m specviz.train vocab --size 16384 --out assets/models/smollm2-draft-s   # frequent-token head
-    python -m specviz.train head --out assets/models/smollm2-head   # feature-level head (specviz.feature_train)
+    python -m specviz.training.drafts data --prompts 3000      # target answers + top-k probs -> assets/distill/data
+    python -m specviz.training.drafts fit --width 64 --layers 2 --out assets/models/smollm2-draft-s
+    python -m specviz.training.drafts vocab --size 16384 --out assets/models/smollm2-draft-s   # frequent-token head
+    python -m specviz.training.feature_head fit --out assets/models/smollm2-head   # the feature-level head
 
 Recipe: instructions are built from ``assets/distill/recipe.json`` (templates x topics, arithmetic word
 problems, code tasks and snippets, summaries of the target's own earlier answers, and slot-filled families

@@ -1,8 +1,8 @@
 """Train the feature-level draft head (``specviz.feature_head``) on the distillation data.
 
-    python -m specviz.train head --out assets/models/smollm2-head --minutes 30
+    python -m specviz.training.feature_head fit --out assets/models/smollm2-head --minutes 30
 
-Recipe: the same target answers as the drafts (``specviz.train data``; held-out split shared). The target's
+Recipe: the same target answers as the drafts (``specviz.training.drafts data``; held-out split shared). The target's
 final-normed hidden states over every prompt+answer are computed once (fp32, cached under the specviz cache
 directory). At every position i (prompt and answer), the head reads (f[i] plus a little Gaussian noise,
 x[i+1]) and is trained to output f[i+1] (smooth-L1, as in EAGLE) and to match the target's own distribution

@@ -1,10 +1,10 @@
 """Outcome-labelled draft decisions: the judge's real decisions, labelled by what accepting them does.
 
-    python -m specviz.judge_decisions build [--extra 120] [--out assets/judge/decisions.jsonl]
-    python -m specviz.judge_decisions build --on-policy 100 [--threshold 0.5]   # after training a head on the above
-    python -m specviz.judge_decisions build --on-policy 100 --round 2           # after retraining on round 1
+    python -m specviz.training.judge_decisions build [--extra 120] [--out assets/judge/decisions.jsonl]
+    python -m specviz.training.judge_decisions build --on-policy 100 [--threshold 0.5]   # after training a head on the above
+    python -m specviz.training.judge_decisions build --on-policy 100 --round 2           # after retraining on round 1
 
-The TokenCourt-style items of :mod:`specviz.judge_data` teach which *phrasings* are right; this file teaches
+The TokenCourt-style items of :mod:`specviz.training.judge_data` teach which *phrasings* are right; this file teaches
 what the judge actually faces while decoding: a token the draft proposes where the target would have written
 another. For each question with a checkable answer (the dataset's train-split arithmetic, unit and fact
 questions, plus ``--extra`` fresh easy arithmetic and unit questions that are neither dataset nor
@@ -153,7 +153,7 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specviz.judge_decisions", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m specviz.training.judge_decisions", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="rewrite decisions.jsonl (asks the target and the draft; minutes on a CPU)")
     b.add_argument("--extra", type=int, default=120, help="fresh easy arithmetic/unit questions on top of the dataset's")

@@ -38,7 +38,7 @@ def token_labels(tokenizer, question: str, answer: str, error_at: int | None, ch
 
 def item_labels(tokenizer, item: dict, chat: bool = True) -> tuple[list[int], int, list[int]]:
     """:func:`token_labels` of a dataset row; a decision row (with ``answer_ids``, see
-    :mod:`specviz.judge_decisions`) labels only its last token, with its ``label``."""
+    :mod:`specviz.training.judge_decisions`) labels only its last token, with its ``label``."""
     if "answer_ids" not in item:
         return token_labels(tokenizer, item["question"], item["answer"], item["error_at"], chat)
 

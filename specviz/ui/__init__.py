@@ -1,4 +1,5 @@
-"""The specviz web app (Gradio 6). Depends on the engine (``specviz.runner`` and friends), never the reverse.
+"""The specviz web app (Gradio 6). Depends on the layers below it, never the reverse;
+the only package that imports gradio.
 
 Modules: ``app`` builds and launches the Blocks; ``explore``, ``compare``, ``explain`` are the tabs;
 ``trace`` turns StepEvents into token spans and rows, ``render`` into HTML, ``charts`` into plotly figures;

@@ -1,4 +1,4 @@
-"""Explain tab: the speedup formula of standard speculative decoding (DESIGN §1.1) as an interactive plot,
+"""Explain tab: the speedup formula of standard speculative decoding as an interactive plot,
 with the last Explore run's measured acceptance and cost ratio placed on it (predicted vs measured)."""
 
 from __future__ import annotations

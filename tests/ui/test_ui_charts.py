@@ -1,4 +1,4 @@
-"""Chart builders: every spec passes plotly's own validation, and the theory matches DESIGN §1.1."""
+"""Chart builders: every spec passes plotly's own validation, and the theory matches the standard formulas."""
 
 import pickle
 

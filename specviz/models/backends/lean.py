@@ -9,7 +9,7 @@ and the engine cannot tell it from transformers' forward. Both the target and th
 calls the model's own prepacked linear layers, and its logits are bitwise those of transformers' forward
 (``tests/test_lean.py``), so greedy decoding still matches ``generate`` token for token.
 
-A draft that ships a ``draft_vocab.json`` (see ``specviz.train vocab``) scores only those token ids, as in
+A draft that ships a ``draft_vocab.json`` (see ``specviz.training.drafts vocab``) scores only those token ids, as in
 FR-Spec: the other logits are -inf, so the draft never proposes them and its q is exactly the distribution
 it samples from (speculative sampling stays exact). The target always scores the full vocabulary.
 """
