@@ -21,13 +21,13 @@ from specviz.ui.app import build_app, launch  # noqa: E402
 from specviz.ui.bank import shared_models  # noqa: E402
 
 PROMPT = "Write a Python function called is_even that returns True if a number is even and False otherwise."
-N, DRAFT, PORT = 64, "ngram", 7931
+N, DRAFT, GAMMA, PORT = 64, "head", DecodeConfig.gamma, 7931  # the same settings on both paths
 
 
 def ui_run(client: Client) -> tuple[float, float]:
     """(seconds until the first token spans arrive, tokens/s the UI reports for the run)."""
     start, first = time.perf_counter(), None
-    job = client.submit(prompt=PROMPT, draft=DRAFT, max_new_tokens=N, baseline="skip", api_name="/explore_run")
+    job = client.submit(prompt=PROMPT, draft=DRAFT, gamma=GAMMA, max_new_tokens=N, baseline="skip", api_name="/explore_run")
     for out in job:
         if first is None and 'class="sv-tok' in str(out[2]):
             first = time.perf_counter() - start
@@ -36,7 +36,7 @@ def ui_run(client: Client) -> tuple[float, float]:
 
 
 def headless_run() -> float:
-    run = prepare(DecodeConfig(method="sd", draft=DRAFT, gamma=4, max_new_tokens=N), PROMPT, shared_models().bank)
+    run = prepare(DecodeConfig(method="sd", draft=DRAFT, gamma=GAMMA, max_new_tokens=N), PROMPT, shared_models().bank)
     return summarize(list(run.events()))["tokens_per_s"]
 
 

@@ -21,9 +21,10 @@ import pandas as pd
 
 from specviz.analysis.result import run_to_result
 from specviz.core.errors import ConfigError
+from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import prepare
-from specviz.ui.bank import LOADING_MESSAGE, Models, default_draft, shared_models
+from specviz.runtime.prepare import drafter_kind, prepare
+from specviz.ui.bank import LOADING_MESSAGE, Models, available_drafts, default_draft, shared_models
 from specviz.ui.controls import (
     decode_concurrency,
     default_prompt,
@@ -52,17 +53,23 @@ EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
 
 
 def comparison_presets(preset: str) -> dict[str, list[list]]:
-    """Ready-made tables for the 'load a comparison' dropdown."""
-    d = default_draft(preset)
-    row = lambda label, draft=d, g=4, policy="fixed", accept="exact": [label, "sd", draft, g, policy, accept, 0.5, 1.0, 5]
-    first = [row(f"{d} γ=4"), row("ngram γ=4", "ngram")] if d != "ngram" else [row("ngram γ=4"), row("ngram γ=8", g=8)]
-    return {
-        "draft vs n-gram (γ=4)": first,
-        "γ sweep (2, 4, 8)": [row(f"{d} γ=2", g=2), row(f"{d} γ=4"), row(f"{d} γ=8", g=8)],
-        "fixed vs adaptive γ (online)": [row("fixed γ=4"), row("online γ", policy="online")],
+    """Ready-made tables for the 'load a comparison' dropdown, at the default γ; a chain needs a draft model (a
+    feature head drafts from the target's states, so it cannot be a level)."""
+    d, g = default_draft(preset), DecodeConfig.gamma
+    row = lambda label, draft=d, g=g, policy="fixed", accept="exact": [label, "sd", draft, g, policy, accept, 0.5, 1.0, 5]
+    first = [row(f"{d} γ={g}"), row(f"ngram γ={g}", "ngram")] if d != "ngram" else [row(f"ngram γ={g}"), row("ngram γ=8", g=8)]
+    models = [x for x in available_drafts(preset) if not drafter_kind(resolve_draft(resolve_preset(preset), x)).reads_features]
+    chain_draft = next((x for x in models if x != NGRAM_DRAFT), None)
+    tables = {
+        f"draft vs n-gram (γ={g})": first,
+        f"γ sweep (1, {g}, 6)": [row(f"{d} γ=1", g=1), row(f"{d} γ={g}"), row(f"{d} γ=6", g=6)],
+        "fixed vs adaptive γ (online)": [row(f"fixed γ={g}"), row("online γ", policy="online")],
         "exact vs judge acceptance": [row("exact"), row("judge δ=0.5", accept="judge")],
-        "plain SD vs polybasic chain": [row(f"{d} γ=4"), row(f"ngram→{d} chain", f"ngram,{d}")] if d != "ngram" else first,
     }
+    if chain_draft:
+        chain = [row(f"{chain_draft} γ={g}", chain_draft), row(f"ngram→{chain_draft} chain", f"ngram,{chain_draft}")]
+        tables["plain SD vs polybasic chain"] = chain
+    return tables
 
 
 def default_table(preset: str) -> pd.DataFrame:
@@ -88,7 +95,7 @@ def parse_table(table, preset: str, sampling: dict) -> list[tuple[str, DecodeCon
         chain = [n.strip() for n in re.split(r"[,→]", draft) if n.strip()] if re.search(r"[,→]", draft) else None
         try:
             config = make_config(preset=preset, method=_cell(row, "method", "sd"), draft=None if chain else draft, chain=chain,
-                                 gamma=_cell(row, "γ", 4), gamma_policy=_cell(row, "γ policy", "fixed"),
+                                 gamma=_cell(row, "γ", DecodeConfig.gamma), gamma_policy=_cell(row, "γ policy", "fixed"),
                                  accept=_cell(row, "accept", "exact"), judge_threshold=_cell(row, "δ", 0.5),
                                  lenience=_cell(row, "lenience", 1.0), topk=_cell(row, "top-k", 5), **sampling)
         except ConfigError as exc:

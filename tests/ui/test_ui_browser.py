@@ -42,14 +42,6 @@ def set_number(page, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
-def choose_ngram(page) -> None:
-    draft = page.locator("#explore-draft input")
-    if not draft.input_value().startswith("ngram"):
-        draft.click()
-        page.get_by_role("option", name=re.compile("^ngram")).click()
-    assert draft.input_value().startswith("ngram")
-
-
 def status_text(page, elem_id: str) -> str:
     return page.locator(f"#{elem_id}").inner_text()
 
@@ -59,8 +51,7 @@ def token_count(page) -> int:
 
 
 def test_walk_through_the_app(page):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    choose_ngram(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)  # the screenshots show what a newcomer gets: the defaults
     page.get_by_text(re.compile("^code: ")).first.click()
     assert page.locator("#explore-prompt textarea").input_value() != ""
     set_number(page, "explore-max-tokens", 48)
