@@ -6,8 +6,9 @@ one-line :class:`~specviz.core.errors.ConfigError` or :class:`~specviz.core.erro
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,15 @@ from specviz.analysis.result import run_to_result
 from specviz.core.cache import LoadedModel
 from specviz.core.engine import StepEvent
 from specviz.core.errors import ConfigError
+from specviz.models.loading import describe_hardware
 from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
 from specviz.runtime.bank import ModelBank, target_dtype
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import PreparedRun, prepare
 from specviz.viz import charts
+from specviz.viz.export import race_series, run_label, trace_headline, trace_page
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
-from specviz.viz.trace import TraceBuilder, cumulative
+from specviz.viz.trace import TraceBuilder
 
 _bank: ModelBank | None = None
 
@@ -33,10 +36,15 @@ def bank() -> ModelBank:
     return _bank
 
 
+TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 1
+MAX_TRACE_BYTES = 32 * 2**20
+
+
 @dataclass
 class Trace:
-    """A finished decode: the continuation, every step, the run's metrics and theory, and, when asked for, the
-    autoregressive baseline of the same prompt and settings."""
+    """A finished decode: the continuation, every step, the run's metrics and theory, the token texts its views need
+    (so a saved trace shows everything with no model loaded), and, when asked for, the autoregressive baseline of the
+    same prompt and settings."""
 
     prompt: str
     config: DecodeConfig
@@ -46,6 +54,9 @@ class Trace:
     metrics: dict
     theory: dict | None
     spans: list[TokenSpan] = field(repr=False, default_factory=list)
+    pieces: dict[int, str] = field(repr=False, default_factory=dict)
+    models: dict = field(default_factory=dict)
+    machine: str = ""
     baseline: Trace | None = field(repr=False, default=None)
 
     @property
@@ -60,6 +71,27 @@ class Trace:
         return {"text": self.text, "token_ids": self.token_ids, "config": self.config.to_dict(), "metrics": self.metrics,
                 "steps": [e.to_dict() for e in self.steps], "theory": self.theory}
 
+    def to_dict(self) -> dict:
+        """The trace file's content: the ``--json`` object plus the prompt, the models, the machine, the token texts,
+        the spans and the baseline, under a format name and version."""
+        return {"format": TRACE_FORMAT, "version": TRACE_VERSION, "prompt": self.prompt, "models": self.models,
+                "machine": self.machine, **self.to_json(), "pieces": {str(k): v for k, v in self.pieces.items()},
+                "spans": [astuple(s) for s in self.spans], "baseline": self.baseline.to_dict() if self.baseline else None}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the trace as one JSON file (``load_trace`` reads it back)."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), ensure_ascii=False))
+        return path
+
+    def to_html(self, path: str | Path | None = None) -> str:
+        """One self-contained HTML page (token view, headline, race chart, step-through, microscope, replay) that
+        works offline from disk; written to ``path`` if given."""
+        page = trace_page(self.to_dict())
+        if path is not None:
+            Path(path).write_text(page)
+        return page
+
     def to_dataframe(self):
         """One row per step (pandas)."""
         import pandas as pd
@@ -68,27 +100,69 @@ class Trace:
 
     def figure(self):
         """The race chart: tokens generated against wall-clock time, with the baseline when there is one."""
-        series = [charts.Series(_label(self.config), *cumulative(self.steps))]
-        if self.baseline is not None:
-            series.append(charts.Series("autoregressive", *cumulative(self.baseline.steps), baseline=True))
-        return charts.race_figure(series)
+        return charts.race_figure(race_series(self.to_dict()))
 
     def headline(self) -> Headline:
-        m, base = self.metrics, self.baseline.metrics if self.baseline else None
-        return Headline(self.speedup, m["tokens_per_s"], base["tokens_per_s"] if base else None, m["mean_accept_len"],
-                        m["accept_rate"] if m["drafted"] else None, m["new_tokens"], m["wall_s"],
-                        "" if base else "no baseline: speculate(..., baseline=True) measures one")
+        return trace_headline(self.to_dict())
 
     def _repr_html_(self) -> str:
-        return (f"<style>{token_css()}</style><div class='specviz-trace'><b>{html.escape(_label(self.config))}</b>"
+        return (f"<style>{token_css()}</style><div class='specviz-trace'><b>{html.escape(run_label(self.config.to_dict()))}</b>"
                 f"{headline_html(self.headline())}{legend_html()}<div class='sv-tokens'>{spans_html(self.spans)}</div></div>")
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Trace:
+        """A trace from a file's content; a malformed, foreign or too new one raises a one-line ConfigError."""
+        data = check_trace(data)
+        return cls(data["prompt"], DecodeConfig.from_values(data["config"]), data["text"], data["token_ids"],
+                   [StepEvent(**step) for step in data["steps"]], data["metrics"], data["theory"],
+                   [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
+                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None)
 
-def _label(config: DecodeConfig) -> str:
-    if config.method == "ar":
-        return "autoregressive"
-    drafts = " → ".join(config.chain) if config.chain else ", ".join(config.select) or config.draft or "default draft"
-    return f"sd {drafts} γ={config.gamma} ({config.gamma_policy}, {config.accept})"
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a trace file written by :meth:`Trace.save` (or by the CLI's ``--trace-out``, or the app)."""
+    return Trace.from_dict(read_trace(path))
+
+
+def read_trace(path: str | Path) -> dict:
+    """A trace file's JSON content, or a one-line ConfigError saying why it is not one."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_TRACE_BYTES:
+            raise ConfigError(f"{path.name} is {path.stat().st_size / 2**20:.1f} MB: a trace file is at most {MAX_TRACE_BYTES // 2**20} MB")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read trace file {path.name}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path.name} is not a specviz trace: not valid JSON ({str(exc).splitlines()[0][:80]})") from None
+
+
+STEP_FIELDS = {f.name: f for f in fields(StepEvent)}
+
+
+def check_trace(data: Any) -> dict:
+    """``data`` if it is a trace this version reads; else a one-line ConfigError naming the first problem."""
+    if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
+        raise ConfigError("not a specviz trace: the file has no \"format\": \"specviz-trace\" field")
+    version = data.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise ConfigError(f"specviz trace with an invalid version {version!r}")
+    if version > TRACE_VERSION:
+        raise ConfigError(f"this trace is version {version}, newer than this specviz reads ({TRACE_VERSION}): upgrade specviz")
+    expected = {"prompt": str, "config": dict, "text": str, "token_ids": list, "steps": list, "metrics": dict, "pieces": dict,
+                "spans": list, "models": dict, "machine": str}
+    for key, kind in expected.items():
+        if not isinstance(data.get(key), kind):
+            raise ConfigError(f"truncated or damaged trace: '{key}' is missing or not a {kind.__name__}")
+    for i, step in enumerate(data["steps"]):
+        if not isinstance(step, dict) or not {n for n, f in STEP_FIELDS.items() if f.default is MISSING
+                                               and f.default_factory is MISSING} <= set(step) or set(step) - set(STEP_FIELDS):
+            raise ConfigError(f"truncated or damaged trace: step {i + 1} does not have a step's fields")
+    if not all(isinstance(s, list | tuple) and len(s) == len(fields(TokenSpan)) for s in data["spans"]):
+        raise ConfigError("truncated or damaged trace: a token span is not a list of its fields")
+    if data.get("baseline") is not None:
+        check_trace(data["baseline"])
+    return data
 
 
 def _loaded(model: Any, fallback: str) -> LoadedModel:
@@ -159,7 +233,7 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     decode autoregressively with the same settings, for the speedup. ``settings``: DecodeConfig's names (gamma,
     gamma_policy, accept, judge_threshold, chain, temperature, top_p, seed, max_new_tokens, chat=True, method…)."""
     run = _prepared(prompt, target, draft, tokenizer, settings)
-    trace = _trace(prompt, run, list(run.events()))
+    trace = trace_of(prompt, run, list(run.events()))
     if baseline:
         ar = {**settings, "method": "ar"}
         ar.pop("chain", None)
@@ -167,7 +241,21 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     return trace
 
 
-def _trace(prompt: str, run: PreparedRun, events: Sequence[StepEvent]) -> Trace:
+def trace_of(prompt: str, run: PreparedRun, events: Sequence[StepEvent]) -> Trace:
+    """The Trace of a prepared run's events (the CLI and the app build theirs here too)."""
     result = run_to_result(run, list(events))
     spans = TraceBuilder(run.tokenizer, run.prompt_ids).add_all(events)
-    return Trace(prompt, run.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans)
+    models = {"target": run.target.name, "drafters": [d.name for d in run.drafters]}
+    return Trace(prompt, run.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans,
+                 token_pieces(run.tokenizer, events), models, describe_hardware())
+
+
+def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:
+    """The text of every token id a step mentions (drafted, emitted, or among the recorded alternatives)."""
+    ids = set()
+    for e in events:
+        ids.update(e.draft_ids, e.emitted_ids)
+        for v in e.verify:
+            ids.update(t for t, _ in v["p_top"] + v["q_top"] + v.get("residual_top", {}).get("top", []))
+    ids = sorted(ids)
+    return dict(zip(ids, tokenizer.batch_decode([[i] for i in ids])))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from specviz.core.errors import ConfigError, ModelLoadError
@@ -57,6 +57,8 @@ def build_parser() -> Parser:
     src.add_argument("--prompt-file", type=Path)
     add_decode_options(g)
     g.add_argument("--json", action="store_true", help="print the full JSON result")
+    g.add_argument("--trace-out", type=Path, help="save the run (with its AR baseline) as a trace file (load it in the app or Python)")
+    g.add_argument("--html", type=Path, help="save the run (with its AR baseline) as one self-contained HTML page")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
     b.add_argument("--suite", default="all", help="'all' or comma-separated categories")
     b.add_argument("--configs", default="standard", help="benchmark set: standard | policies | selection | chains | judge | judge-head")
@@ -87,18 +89,27 @@ def read_prompt(a: argparse.Namespace) -> str:
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
-    from specviz.analysis.result import run_to_result
+    from specviz.api import trace_of
     from specviz.runtime.bank import ModelBank
     from specviz.runtime.prepare import prepare
 
-    config = config_from_args(a)
-    run = prepare(config, read_prompt(a), ModelBank())
-    result = run_to_result(run)
+    config, prompt, bank = config_from_args(a), read_prompt(a), ModelBank()
+    run = prepare(config, prompt, bank)
+    trace = trace_of(prompt, run, list(run.events()))
+    if (a.trace_out or a.html) and config.method == "sd":  # a trace file holds its AR baseline
+        ar = prepare(replace(config, method="ar", draft=None, chain=[], select=[]), prompt, bank)
+        trace.baseline = trace_of(prompt, ar, list(ar.events()))
+    for path, write in ((a.trace_out, trace.save), (a.html, trace.to_html)):
+        if path is not None:
+            try:
+                write(path)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
     if a.json:
-        print(json.dumps(result))
+        print(json.dumps(trace.to_json()))
     else:
-        m = result["metrics"]
-        print(result["text"])
+        m = trace.metrics
+        print(trace.text)
         print(f"\n[{m['new_tokens']} tokens in {m['wall_s']:.2f}s = {m['tokens_per_s']:.1f} tok/s; "
               f"mean accepted length {m['mean_accept_len']:.2f}; acceptance rate {m['accept_rate']:.2f}]", file=sys.stderr)
     return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import platform
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from specviz.core.metrics import summarize
 from specviz.core.policy import LengthPolicy
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.models.backends.cpu import is_packed
+from specviz.models.loading import describe_hardware
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
@@ -222,20 +222,11 @@ def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens
 
 
 def describe_machine(bank: ModelBank) -> str:
-    """CPU model, the ISA features that decide whether bf16 pays off, and each model's dtype: results from a
-    machine with native bf16 matmuls and one without are not comparable."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        text = cpuinfo.read_text()
-        name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-        flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split())
-        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-        cpu = f"{name[1].strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX2'})"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
+    """The hardware and each model's dtype: results from a machine with native bf16 matmuls and one without are not
+    comparable."""
     dtypes = ", ".join(f"{m.name} {str(m.dtype).removeprefix('torch.')}{' (oneDNN-packed linears)' if is_packed(m.model) else ''}"
                        for m in bank.loaded_models())
-    return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}; {dtypes}"
+    return f"{describe_hardware()}; {dtypes}"
 
 
 

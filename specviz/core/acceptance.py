@@ -10,7 +10,7 @@ token, random draws included.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,8 @@ from specviz.core.registry import ACCEPT_RULES
 from specviz.core.sampling import Sampler
 
 ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
+TOP_K = 10
+"""Alternatives recorded per verified position: the k most likely tokens of p, of q and of the residual."""
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Verdict:
     next_token: int
     reasons: list[str]
     judge_scores: list[float] | None = None
+    records: list[dict] = field(default_factory=list)
 
 
 def reasons_for(accepted: int, drafted: int, kept_as: list[str] | None = None) -> list[str]:
@@ -90,11 +93,46 @@ class ExactRule:
         extra, scores = self.relaxed(c)
         n = first_false(exact | extra)
         kept = [ACCEPTED if bool(exact[i]) else self.name for i in range(n)]
+        corrected = None if sampler.greedy or n == gamma else residual(p[n], c.q[n])
         if sampler.greedy:
-            nxt = best[n]
+            nxt = int(best[n])
         else:
-            nxt = sampler.draw(p[gamma] if n == gamma else residual(p[n], c.q[n]))
-        return Verdict(n, int(nxt), reasons_for(n, gamma, kept), scores)
+            nxt = int(sampler.draw(p[gamma] if corrected is None else corrected))
+        records = self.records(c, draft, exact, n, kept, scores, nxt, corrected)
+        return Verdict(n, nxt, reasons_for(n, gamma, kept), scores, records)
+
+    def records(self, c: Checked, draft: Draft, exact: torch.Tensor, n: int, kept: list[str], scores: list[float] | None,
+                emitted: int, corrected: torch.Tensor | None) -> list[dict]:
+        """One record per verified position (the accepted ones and the first rejection; later drafts are never
+        checked): the token, p and q of it, the acceptance probability of the exact test, the uniform draw u that
+        decided it (None when greedy), the verdict and its reason, the top tokens of p and q, and at a rejection the
+        residual the correction was drawn from (sampling) or the target's argmax (greedy); judge runs add the score
+        and δ. Reading these changes nothing the rule decides."""
+        m = min(n + 1, len(draft.ids))
+        rows = torch.arange(m, device=c.ids.device)
+        q = c.q if c.q is not None else (draft.q.to(c.p.device) if draft.q is not None
+                                          else one_hot_rows(draft.ids, c.p.shape[-1], c.p.device))
+        px, qx = c.p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
+        k = min(TOP_K, c.p.shape[-1])
+        p_top, q_top = c.p[:m].topk(k), q[:m].topk(k)
+        u = [None] * m if c.u is None else c.u[:m].tolist()
+        out = []
+        for i in range(m):
+            greedy_prob = float(bool(exact[i]))
+            out.append({"token": int(c.ids[i]), "p": px[i], "q": qx[i],
+                        "accept_prob": greedy_prob if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
+                        "u": u[i], "accepted": i < n, "reason": kept[i] if i < n else REJECTED,
+                        "p_top": _pairs(p_top, i), "q_top": [pair for pair in _pairs(q_top, i) if pair[1] > 0]})
+            if scores is not None:
+                out[i].update(score=scores[i], threshold=self.threshold)
+        if n < len(draft.ids):
+            if corrected is None:
+                out[n]["argmax"] = emitted
+            else:
+                top = corrected.topk(k)
+                out[n]["residual_top"] = {"top": [[int(t), float(x)] for t, x in zip(top.indices.tolist(), top.values.tolist()) if x > 0],
+                                          "emitted": emitted}
+        return out
 
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float] | None]:
         """Acceptances beyond the exact rule (none here), and the judge scores if the rule has any."""
@@ -141,6 +179,10 @@ class TopKRule(ExactRule):
         return (top == c.ids[:, None]).any(-1), None
 
 
+
+
+def _pairs(top, row: int) -> list[list]:
+    return [[int(t), float(x)] for t, x in zip(top.indices[row].tolist(), top.values[row].tolist())]
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

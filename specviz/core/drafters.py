@@ -42,8 +42,8 @@ class Draft:
 
 def level_record(name: str, role: str, passes: int = 0, ms: float = 0.0) -> dict:
     """One level's work in one proposal: forwards (or lookups), milliseconds and, for a verifying
-    level of a chain, one (drafted, passed up) pair per verification."""
-    return {"name": name, "role": role, "passes": passes, "ms": ms, "verifications": []}
+    level of a chain, one (drafted, passed up) pair per verification and the token ids of each (``blocks``)."""
+    return {"name": name, "role": role, "passes": passes, "ms": ms, "verifications": [], "blocks": []}
 
 
 class Drafter:

@@ -43,6 +43,7 @@ class StepEvent:
     elapsed_ms: float
     policy: dict | None = None
     extra: dict = field(default_factory=dict)
+    verify: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,7 +110,7 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
             accept_reasons=verdict.reasons, judge_scores=verdict.judge_scores,
             draft_ms=1e3 * (t1 - t0), verify_ms=1e3 * (t2 - t1), overhead_ms=1e3 * (t3 - t2), total_ms=1e3 * (t3 - t0),
             forward_ms=1e3 * (_forward_seconds(models) - fwd0), elapsed_ms=1e3 * (t3 - start), policy=why,
-            extra=draft.extra,
+            extra=draft.extra, verify=verdict.records,
         )
         policy.observe(event)
         selector.observe(event)

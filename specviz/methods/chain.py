@@ -30,6 +30,7 @@ def merge_levels(total: list[dict], part: list[dict]) -> None:
         acc["passes"] += rec["passes"]
         acc["ms"] += rec["ms"]
         acc["verifications"] += rec["verifications"]
+        acc["blocks"] += rec["blocks"]
 
 
 class StagedDrafter(Drafter):
@@ -59,6 +60,7 @@ class StagedDrafter(Drafter):
             mine["passes"] += 1
             mine["ms"] += 1e3 * seconds
             mine["verifications"].append([len(draft.ids), n + 1])
+            mine["blocks"].append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
             if n < len(draft.ids):
                 break
         return Draft(block, torch.cat(qs), self.name, {"levels": [mine, *below]})

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -27,6 +29,20 @@ DRAFT_VOCAB_FILE = "draft_vocab.json"
 
 def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def describe_hardware() -> str:
+    """The GPU, or the CPU model with the ISA features that decide whether bf16 pays off; threads and torch."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        text = cpuinfo.read_text()
+        name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split())
+        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+        cpu = f"{name[1].strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX2'})"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
+    return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
 

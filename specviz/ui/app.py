@@ -15,13 +15,15 @@ from specviz.ui.bank import Models, default_preset, shared_models
 from specviz.ui.compare import build_compare_tab
 from specviz.ui.explain import build_explain_tab, explain_update
 from specviz.ui.explore import build_explore_tab
+from specviz.ui.teach import KEYS_JS
 from specviz.viz.render import status_html, token_css
+from specviz.viz.teach import microscope_css
 
 TITLE = "specviz: speculative decoding, step by step"
 INTRO = ("A small draft proposes γ tokens, the target checks them all in one forward pass and keeps the longest agreeing run "
          "(plus one token of its own). Watch every step live, race it against plain autoregressive decoding on the same prompt, "
          "compare settings side by side, and see what the theory predicts.")
-CSS = token_css() + "\n" + (Path(__file__).with_name("style.css")).read_text()
+CSS = "\n".join([token_css(), microscope_css(), (Path(__file__).with_name("style.css")).read_text()])
 THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
 DEFAULT_CONCURRENCY = 4
 """Light handlers (settings checks, replay, theory plot) run concurrently."""
@@ -65,5 +67,6 @@ def launch(demo: gr.Blocks | None = None, warm_up: bool = True, **kwargs) -> gr.
     if warm_up:
         shared_models().warm_up(default_preset())
     kwargs.setdefault("server_port", server_port())
-    demo.launch(theme=THEME, css=CSS, **kwargs)
+    kwargs.setdefault("max_file_size", "32mb")  # an uploaded trace is at most this (specviz.api.MAX_TRACE_BYTES)
+    demo.launch(theme=THEME, css=CSS, js=KEYS_JS, **kwargs)
     return demo

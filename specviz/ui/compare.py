@@ -7,11 +7,8 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import statistics
-import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +17,7 @@ import gradio as gr
 import pandas as pd
 
 from specviz.analysis.result import run_to_result
+from specviz.api import Trace, token_pieces, trace_of
 from specviz.core.errors import ConfigError
 from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
 from specviz.runtime.config import DecodeConfig
@@ -35,9 +33,11 @@ from specviz.ui.controls import (
     sampling_controls,
 )
 from specviz.ui.explore import AR_LABEL, ar_config
+from specviz.ui.exports import export_folder
 from specviz.ui.gpu import gpu
 from specviz.ui.state import baseline_key, ensure_session, make_config, put_baseline, run_record
 from specviz.ui.stream import stream_batches
+from specviz.ui.teach import build_step_panel, view_update, wire_step_panel
 from specviz.viz import charts
 from specviz.viz.render import column_html, columns_html, spans_html, status_html
 from specviz.viz.trace import TraceBuilder
@@ -49,7 +49,6 @@ CHART_EVERY_S = 0.75
 COLUMNS_EVERY_S = 0.15
 METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speedup vs AR", "mean accepted len", "accept rate",
                   "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
-EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
 
 
 def comparison_presets(preset: str) -> dict[str, list[list]]:
@@ -111,8 +110,9 @@ def parse_table(table, preset: str, sampling: dict) -> list[tuple[str, DecodeCon
     return configs
 
 
-def frame(status=None, columns=None, race=None, metrics=None, replay=None, csv_file=None, json_file=None, session=None) -> tuple:
-    values = (status, columns, race, metrics, replay, csv_file, json_file, session)
+def frame(status=None, columns=None, race=None, metrics=None, replay=None, csv_file=None, json_file=None, session=None,
+          column=None, traces=None) -> tuple:
+    values = (status, columns, race, metrics, replay, csv_file, json_file, session, column, traces)
     return tuple(gr.skip() if v is None else v for v in values)
 
 
@@ -125,6 +125,8 @@ class Comparison:
         self.chunks: dict[str, list[list]] = {}
         """Per label (first round): [seconds since start, tokens so far, the step's span HTML] per step."""
         self.order: list[str] = []
+        self.views: dict[str, dict] = {}
+        """Per label (first round): the step panel's view, growing with the run, then its trace with the AR baseline."""
 
     def add_steps(self, label: str, builder: TraceBuilder, batch: list) -> None:
         chunks = self.chunks.setdefault(label, [])
@@ -195,10 +197,15 @@ def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: di
     run = prepare(config, comp.prompt, models.bank)
     builder = TraceBuilder(run.tokenizer, run.prompt_ids)
     raw, last_cols, last_chart = [], 0.0, 0.0
+    if rnd == 0:
+        view = comp.views[label] = {"steps": builder.events, "pieces": {}, "config": config.to_dict(), "baseline": None, "follow": True,
+                                    "selector": f"#compare-columns .sv-col:nth-child({comp.labels.index(label) + 1})"}
+        session["views"][view_key(label)] = view
     for batch in stream_batches(run.events()):
         raw += batch
         if rnd == 0:
             comp.add_steps(label, builder, batch)
+            view["pieces"].update(token_pieces(run.tokenizer, batch))
         else:
             builder.add_all(batch)
         now = time.perf_counter()
@@ -211,6 +218,8 @@ def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: di
                     race, last_chart = comp.race(), now
             yield frame(status=_progress(comp, label, rnd, builder.new_tokens), columns=columns, race=race)
     record = run_record(label, config, builder.events, run_to_result(run, raw), round=rnd + 1, order=len(comp.order) + 1)
+    if rnd == 0:
+        comp.views[label] = {**trace_of(comp.prompt, run, raw).to_dict(), "follow": True, "selector": view["selector"]}
     comp.rounds[label].append(record)
     comp.order.append(f"{label}#{rnd + 1}")
     if label == AR_LABEL:
@@ -240,9 +249,11 @@ def compare_frames(models: Models, prompt: str, preset: str, table, sampling: di
     live = session["live"] = {"running": True, "kind": "compare", "done": 0}
     labels = [AR_LABEL] + [label for label, _ in configs]
     comp = Comparison(prompt, labels, {AR_LABEL: ar_config(configs[0][1]), **dict(configs)}, repeats)
+    choices = [(label, view_key(label)) for label in labels]
     yield frame(status=status_html("Warming up every configuration (a few tokens each)…" if all(models.is_loaded(c) for _, c in configs)
                                    else LOADING_MESSAGE, "busy"), columns=comp.columns(), race=charts.empty_figure("waiting…"),
-                metrics=pd.DataFrame(columns=METRIC_COLUMNS), replay=gr.update(value=0, maximum=1))
+                metrics=pd.DataFrame(columns=METRIC_COLUMNS), replay=gr.update(value=0, maximum=1),
+                column=gr.update(choices=choices, value=choices[-1][1]))
     _warm_up(models, comp)
     for rnd in range(repeats):
         rotated = labels[rnd % len(labels):] + labels[: rnd % len(labels)]
@@ -253,32 +264,39 @@ def compare_frames(models: Models, prompt: str, preset: str, table, sampling: di
     session["compare"] = {"prompt": prompt, "labels": labels, "order": comp.order, "chunks": comp.chunks,
                           "descriptions": {label: comp.describe(label) for label in labels}}
     csv_path, json_path = export(comp, sampling, preset)
+    traces = save_column_traces(comp, session)
     order = " → ".join(comp.order)
     end = comp.max_time()
     yield frame(status=status_html(f"Done: {len(comp.order)} runs after a {WARMUP_TOKENS}-token warm-up each. Run order: {order}. "
                                    "Drag the time slider to replay every column in sync.", "ok"),
                 columns=comp.columns(), race=comp.race(), metrics=metrics_table(comp),
                 replay=gr.update(value=round(end, 2), maximum=max(0.01, round(end + 0.005, 2)), interactive=True),
-                csv_file=str(csv_path), json_file=str(json_path), session=session)
+                csv_file=str(csv_path), json_file=str(json_path), session=session, traces=traces)
 
 
-def prune_exports(max_age_s: float = 3600.0) -> None:
-    """Remove export folders older than an hour (gradio has served its own copy by then)."""
-    if not EXPORT_ROOT.is_dir():
-        return
-    for folder in EXPORT_ROOT.iterdir():
-        try:
-            if time.time() - folder.stat().st_mtime > max_age_s:
-                shutil.rmtree(folder, ignore_errors=True)
-        except OSError:
-            pass
+def view_key(label: str) -> str:
+    return f"compare: {label}"
+
+
+def save_column_traces(comp: Comparison, session: dict) -> list[str]:
+    """Each column's first run as a trace file (with the AR run as its baseline); the step panel shows them."""
+    folder, paths = export_folder(), []
+    ar = comp.views.get(AR_LABEL)
+    for i, label in enumerate(comp.labels):
+        view = comp.views.get(label)
+        if view is None or "spans" not in view:
+            continue
+        view["baseline"] = {k: v for k, v in ar.items() if k not in ("follow", "selector")} if ar and label != AR_LABEL else None
+        session["views"][view_key(label)] = view
+        path = folder / f"specviz-compare-{i + 1}-{re.sub(r'[^a-z0-9]+', '-', label.lower()).strip('-')[:40]}.json"
+        Trace.from_dict({k: v for k, v in view.items() if k not in ("follow", "selector")}).save(path)
+        paths.append(str(path))
+    return paths
 
 
 def export(comp: Comparison, sampling: dict, preset: str) -> tuple[Path, Path]:
     """Every step of every run as CSV, and the whole comparison as JSON, in a fresh temp folder."""
-    prune_exports()
-    folder = EXPORT_ROOT / uuid.uuid4().hex
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = export_folder()
     fields = ["config", "round", "order", "method", "draft", "gamma_setting", "gamma_policy", "accept", "step", "drafter", "gamma",
               "drafted", "accepted", "emitted", "accept_reasons", "draft_ms", "verify_ms", "overhead_ms", "total_ms", "elapsed_ms"]
     csv_path, json_path = folder / "specviz-compare-steps.csv", folder / "specviz-compare.json"
@@ -370,14 +388,21 @@ def build_compare_tab(session: gr.State) -> None:
                    label="All configurations against AR", elem_id="compare-race")
     metrics = gr.Dataframe(pd.DataFrame(columns=METRIC_COLUMNS), label="Metrics (medians over rounds)", interactive=False,
                            elem_id="compare-metrics")
+    with gr.Accordion("Step through a column: narration and the verification microscope", open=False):
+        column = gr.Dropdown([], value=None, label="Column", elem_id="compare-column")
+        panel = build_step_panel("compare", "compare-columns")
     with gr.Row():
         csv_file = gr.File(label="Steps of every run (CSV)", interactive=False, elem_id="compare-csv")
         json_file = gr.File(label="Whole comparison (JSON)", interactive=False, elem_id="compare-json")
+        traces = gr.File(label="Each column as a trace file", file_count="multiple", interactive=False, elem_id="compare-traces")
+    wire_step_panel(panel, session, column)
+    column.change(lambda key, session: view_update(ensure_session(session)["views"].get(key), None, "compare-columns"),
+                  [column, session], panel.outputs(), api_visibility="private", queue=False)
     loader.change(lambda name, p: pd.DataFrame(comparison_presets(p).get(name) or comparison_presets(p)[next(iter(comparison_presets(p)))],
                                                columns=CONFIG_COLUMNS) if name else gr.skip(),
                   [loader, preset], table, api_visibility="private", queue=False)
     event = run_btn.click(compare_run, [prompt, preset, table, temperature, top_p, seed, max_tokens, chat, rounds, session],
-                          [status, columns, race, metrics, replay, csv_file, json_file, session],
+                          [status, columns, race, metrics, replay, csv_file, json_file, session, column, traces],
                           api_name="compare_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
                           show_progress="hidden")
     stop_btn.click(None, None, None, cancels=[event])

@@ -7,16 +7,20 @@ this session's cache) and added to the charts, and the headline says which.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
 from specviz.analysis.result import run_to_result
+from specviz.api import Trace, read_trace, token_pieces, trace_of
 from specviz.core.errors import ConfigError
 from specviz.core.metrics import summarize
+from specviz.models.paths import ASSETS
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import PreparedRun, prepare
 from specviz.ui.bank import LOADING_MESSAGE, Models, shared_models
@@ -32,13 +36,20 @@ from specviz.ui.controls import (
     guarded,
     wire_decode_controls,
 )
+from specviz.ui.exports import export_folder
 from specviz.ui.gpu import gpu
 from specviz.ui.state import baseline_key, ensure_session, get_baseline, make_config, put_baseline, run_record
 from specviz.ui.stream import stream_batches
+from specviz.ui.teach import build_step_panel, live_panel, view_update, wire_step_panel
 from specviz.viz import charts
-from specviz.viz.render import REASON_LEGEND, Headline, headline_html, legend_html, spans_html, status_html
-from specviz.viz.trace import STEP_COLUMNS, TraceBuilder, cumulative
+from specviz.viz.export import SPEEDS, race_series, trace_headline, trace_page
+from specviz.viz.export import run_label as trace_label
+from specviz.viz.render import REASON_LEGEND, Headline, TokenSpan, headline_html, legend_html, spans_html, status_html
+from specviz.viz.trace import STEP_COLUMNS, TraceBuilder, cumulative, step_row
 
+VIEW, TOKENS_ID = "explore", "explore-tokens"
+"""The step panel's view key in the session, and the token view it marks."""
+GALLERY = ASSETS / "traces"
 TOKENS_EVERY_S = 0.25
 CHARTS_EVERY_S = 1.5
 AR_LABEL = "autoregressive (AR baseline)"
@@ -46,9 +57,10 @@ PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one m
                'p (target), q (draft) and judge score.</span>')
 
 
-def frame(status=None, headline=None, tokens=None, race=None, dynamics=None, table=None, session=None) -> tuple:
-    """One update of the Explore outputs; ``None`` leaves an output as it is."""
-    values = (status, headline, tokens, race, dynamics, table, session)
+def frame(status=None, headline=None, tokens=None, race=None, dynamics=None, table=None, session=None, panel=None, files=None) -> tuple:
+    """One update of the Explore outputs; ``None`` leaves an output as it is. ``panel``: the step panel's (step,
+    narration, microscope); ``files``: the saved trace and HTML page."""
+    values = (status, headline, tokens, race, dynamics, table, session, *(panel or (None,) * 3), *(files or (None,) * 2))
     return tuple(gr.skip() if v is None else v for v in values)
 
 
@@ -77,10 +89,12 @@ class Live:
         self.builder = TraceBuilder(run.tokenizer, run.prompt_ids)
         self.events: list = []
         self.tokens_html = ""
+        self.view = {"steps": self.builder.events, "pieces": {}, "config": run.config.to_dict(), "baseline": None, "follow": True}
 
     def add(self, batch: list) -> None:
         self.events += batch
         self.tokens_html += spans_html(self.builder.add_all(batch))
+        self.view["pieces"].update(token_pieces(self.run.tokenizer, batch))
 
     def metrics(self) -> dict:
         return summarize(self.events)
@@ -128,7 +142,7 @@ def _measure_ar(models: Models, config: DecodeConfig, prompt: str, session: dict
             yield frame(status=status_html(f"Measuring the AR baseline {when} (same prompt and settings): "
                                            f"{live.builder.new_tokens}/{cfg.max_new_tokens} tokens…", "busy"), race=race)
     record = run_record(AR_LABEL, cfg, live.builder.events, run_to_result(run, live.events), measured=when,
-                        run=session["runs"])
+                        run=session["runs"], trace=trace_of(prompt, run, live.events).to_dict())
     put_baseline(session, baseline_key(config, prompt), record)
     return record
 
@@ -163,7 +177,9 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
         ar = yield from _measure_ar(models, config, prompt, session, "before the run", [])
         cleared.pop("race")
     live = Live(run, run_label(config))
-    yield frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"), **cleared)
+    session["views"][VIEW] = live.view
+    yield frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
+                panel=view_update(None, None, TOKENS_ID), **cleared)
     yield from _stream_main(live, config, ar, _baseline_note(ar, baseline, config.method), live_info)
     result = run_to_result(run, live.events)
     record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
@@ -172,8 +188,11 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     elif ar is None and baseline == BASELINE_AFTER:
         ar = yield from _measure_ar(models, config, prompt, session, "after the run", [live.series()])
     session["last"] = {**record, "ar": ar and {"metrics": ar["metrics"], "token_ids": ar["token_ids"]}}
+    trace = trace_of(prompt, run, live.events).to_dict()
+    trace["baseline"] = ar.get("trace") if ar and config.method == "sd" else None
+    session["views"][VIEW] = {**trace, "follow": True}
     live_info["running"] = False
-    yield _final_frame(live, config, ar, baseline, session, result)
+    yield _final_frame(live, config, ar, baseline, session, result, trace)
 
 
 def _stream_main(live: Live, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
@@ -189,10 +208,10 @@ def _stream_main(live: Live, config: DecodeConfig, ar: dict | None, note: str, l
         done = f"{live.builder.new_tokens}/{config.max_new_tokens}"
         status = status_html(f"Decoding: {live.label}: step {len(live.events)}, {done} tokens…", "busy")
         yield frame(status=status, headline=_headline(live.metrics(), config, ar, note + " (so far)"), tokens=live.tokens_html,
-                    race=race, dynamics=dyn, table=table)
+                    race=race, dynamics=dyn, table=table, panel=live_panel(live.view, TOKENS_ID))
 
 
-def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: str, session: dict, result: dict) -> tuple:
+def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: str, session: dict, result: dict, trace: dict) -> tuple:
     note = _baseline_note(ar, baseline, config.method)
     metrics = result["metrics"]
     if ar is not None and config.method == "sd":
@@ -207,7 +226,86 @@ def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: st
                f"{note[0].upper() + note[1:]}.{same}")
     race, dyn = _charts(live, ar, note)
     return frame(status=status_html(message, "ok"), headline=_headline(metrics, config, ar, note), tokens=live.tokens_html,
-                 race=race, dynamics=dyn, table=step_table(live.builder.rows), session=session)
+                 race=race, dynamics=dyn, table=step_table(live.builder.rows), session=session,
+                 panel=view_update(trace, None, TOKENS_ID), files=save_trace_files(trace))
+
+
+def save_trace_files(trace: dict) -> tuple[str, str]:
+    """The run as a trace file and as a self-contained HTML page, for the browser to download."""
+    folder = export_folder()
+    name = re.sub(r"[^a-z0-9]+", "-", trace_label(trace["config"]).lower()).strip("-")[:60] or "run"
+    json_path, html_path = folder / f"specviz-{name}.json", folder / f"specviz-{name}.html"
+    Trace.from_dict(trace).save(json_path)
+    html_path.write_text(trace_page(trace))
+    return str(json_path), str(html_path)
+
+
+def gallery() -> dict[str, Path]:
+    """The bundled example traces by label (a visitor sees a complete run before any model has loaded)."""
+    return {path.stem.replace("-", " "): path for path in sorted(GALLERY.glob("*.json"))}
+
+
+def trace_frames(path: str | Path | None, name: str, session: dict) -> tuple:
+    """Show a trace file in every Explore view (no model needed): tokens, headline, charts, steps, step panel; the
+    Explain tab reads it too."""
+    if not path:
+        raise ConfigError("choose a trace file (.json) first")
+    trace = Trace.from_dict(read_trace(path))
+    data = trace.to_dict()
+    session["views"][VIEW] = {**data, "follow": True}
+    session["last"] = {"label": f"trace {name}", "config": data["config"], "events": data["steps"], "metrics": data["metrics"],
+                       "text": data["text"], "token_ids": data["token_ids"], "theory": data["theory"], "run": f"trace {name}",
+                       "finished_at": "", "speedup": trace.speedup}
+    base = data["baseline"]
+    dyn = charts.dynamics_figure(charts.dynamics_from_events(data["steps"], data["metrics"], base["metrics"] if base else None))
+    rows = [step_row(e, [s for s in trace.spans if s.step == e["step"]]) for e in data["steps"]]
+    models = trace.models
+    status = (f"Loaded trace '{name}': {trace_label(data['config'])}; target {models.get('target', '?')}, recorded on "
+              f"{trace.machine or 'an unknown machine'}. Every view works without a model: step through it, replay it.")
+    return frame(status=status_html(status, "ok"), headline=headline_html(trace_headline(data)), tokens=spans_html(trace.spans),
+                 race=charts.race_figure(race_series(data)), dynamics=dyn, table=step_table(rows), session=session,
+                 panel=view_update(data, None, TOKENS_ID))
+
+
+def open_trace(upload: str | None, session: dict | None) -> Iterator[tuple]:
+    """Load an uploaded trace file; a bad file is a visible one-line error and the app keeps serving."""
+    session = ensure_session(session)
+    yield from guarded(lambda: iter([trace_frames(upload, Path(upload or "").name, session)]),
+                       lambda message: frame(status=status_html(message, "error")))
+
+
+def open_example(label: str | None, session: dict | None) -> Iterator[tuple]:
+    session = ensure_session(session)
+    examples = gallery()
+    yield from guarded(lambda: iter([trace_frames(examples.get(label or ""), label or "", session)]),
+                       lambda message: frame(status=status_html(message, "error")))
+
+
+def replay_frames(speed: float, session: dict | None) -> Iterator[tuple]:
+    """Replay the finished run (or the loaded trace) in the token view at ``speed``× real time, racing its AR baseline."""
+    view = ensure_session(session)["views"].get(VIEW)
+    if not view or "spans" not in view:
+        raise ConfigError("nothing to replay yet: finish a run or load a trace first")
+    speed = min(4.0, max(0.25, float(speed or 1)))
+    spans = [TokenSpan(*s) for s in view["spans"]]
+    series = race_series(view)
+    start, last_chart = time.perf_counter(), 0.0
+    for k, event in enumerate(view["steps"], start=1):
+        time.sleep(max(0.0, event["elapsed_ms"] / 1e3 / speed - (time.perf_counter() - start)))
+        t = event["elapsed_ms"] / 1e3
+        race = None
+        if time.perf_counter() - last_chart >= 0.5 or k == len(view["steps"]):
+            race, last_chart = charts.race_figure([until_time(s, t) for s in series]), time.perf_counter()
+        yield (spans_html(s for s in spans if s.step <= k), race or gr.skip(), *view_update(view, k, TOKENS_ID))
+
+
+def until_time(series: charts.Series, t: float) -> charts.Series:
+    keep = sum(1 for x in series.times if x <= t)
+    return replace(series, times=series.times[:keep], tokens=series.tokens[:keep])
+
+
+def replay_run(speed: float, session: dict | None) -> Iterator[tuple]:
+    yield from guarded(lambda: replay_frames(speed, session), lambda message: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()))
 
 
 @gpu
@@ -264,11 +362,33 @@ def build_explore_tab(session: gr.State) -> DecodeControls:
                    elem_id="explore-race")
     dynamics = gr.Plot(charts.empty_figure("Press Run: throughput, γ, acceptance by position, time split", 600), label="Per-step dynamics",
                        elem_id="explore-dynamics")
+    with gr.Accordion("Step through the run: narration and the verification microscope", open=True):
+        panel = build_step_panel("explore", TOKENS_ID)
+        with gr.Row(equal_height=True):
+            speed = gr.Dropdown(list(SPEEDS), value=1, label="Replay speed (× real time)", elem_id="explore-replay-speed", scale=0,
+                                min_width=160)
+            replay_btn = gr.Button("Replay the run against AR", elem_id="explore-replay", scale=0, min_width=220)
+            present = gr.Checkbox(False, label="Presentation mode (large type for projectors)", elem_id="explore-present")
     table = gr.Dataframe(step_table(), label=f"Steps (reasons: {REASON_LEGEND})", interactive=False, max_height=320,
                          elem_id="explore-steps", wrap=False)
+    with gr.Accordion("Traces: save this run, open a saved one or an example (no model needed)", open=True):
+        with gr.Row(equal_height=False):
+            trace_file = gr.File(label="This run as a trace file (.json)", interactive=False, elem_id="explore-trace-file")
+            html_file = gr.File(label="This run as one HTML page (works offline)", interactive=False, elem_id="explore-html-file")
+            upload = gr.File(label="Open a trace file", file_types=[".json"], type="filepath", elem_id="explore-trace-upload")
+        with gr.Row(equal_height=True):
+            example = gr.Dropdown(list(gallery()), value=None, label="Example traces (recorded on the offline preset)",
+                                  elem_id="explore-examples")
+            example_btn = gr.Button("Open example", elem_id="explore-open-example", scale=0, min_width=160)
+    outputs = [status, headline, tokens, race, dynamics, table, session, *panel.outputs(), trace_file, html_file]
     wire_decode_controls(controls, hint)
+    wire_step_panel(panel, session, VIEW)
+    upload.upload(open_trace, [upload, session], outputs, api_visibility="private")
+    example_btn.click(open_example, [example, session], outputs, api_visibility="private")
+    replay_btn.click(replay_run, [speed, session], [tokens, race, *panel.outputs()], api_visibility="private", show_progress="hidden")
+    present.change(None, present, None, js="(on) => { document.body.classList.toggle('sv-present', on); }")
     event = run_btn.click(explore_run, [prompt, *controls.inputs(), baseline, session],
-                          [status, headline, tokens, race, dynamics, table, session],
+                          outputs,
                           api_name="explore_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
                           show_progress="hidden")
     stop_btn.click(None, None, None, cancels=[event])

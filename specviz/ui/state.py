@@ -18,12 +18,13 @@ BASELINE_CACHE_SIZE = 8
 
 
 def new_session() -> dict:
-    """A fresh session: AR baselines cached per (prompt, settings), the last Explore and Compare results."""
-    return {"baselines": {}, "last": None, "compare": None, "runs": 0, "live": {"running": False, "tokens": 0}}
+    """A fresh session: AR baselines cached per (prompt, settings), the last Explore and Compare results, and the
+    views the step panels show (trace contents by panel key)."""
+    return {"baselines": {}, "last": None, "compare": None, "runs": 0, "live": {"running": False, "tokens": 0}, "views": {}}
 
 
 def ensure_session(session: dict | None) -> dict:
-    return session if isinstance(session, dict) and "baselines" in session else new_session()
+    return session if isinstance(session, dict) and "views" in session else new_session()
 
 
 def make_config(*, preset: str, method: str | None = None, draft: str | None = None, chain: Any = None, select: Any = None,

@@ -94,7 +94,8 @@ def tooltip(span: TokenSpan) -> str:
 
 def span_html(span: TokenSpan) -> str:
     title = html.escape(tooltip(span), quote=True)
-    return f'<span class="sv-tok sv-{span.kind}" data-kind="{span.kind}" title="{title}">{visible_text(span.text)}</span>'
+    return (f'<span class="sv-tok sv-{span.kind}" data-step="{int(span.step)}" data-kind="{span.kind}" title="{title}">'
+            f'{visible_text(span.text)}</span>')
 
 
 def spans_html(spans: Iterable[TokenSpan]) -> str:

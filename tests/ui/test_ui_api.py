@@ -8,6 +8,8 @@ import threading
 
 import pytest
 
+import specviz
+
 SHORT = 16
 """New tokens of the API tests' generations."""
 
@@ -35,7 +37,7 @@ def visible_text(tokens_html: str) -> str:
 
 def test_explore_streams_steps_then_races_against_ar(client):
     frames, final = explore(client, PROMPT_A)
-    status, headline, tokens, race, dynamics, table = final
+    status, headline, tokens, race, dynamics, table = final[:6]
     assert "Done (run #" in status and "AR measured after the run" in status
     streaming = [f for f in frames if "Decoding" in str(f[0]) and 'class="sv-tok' in str(f[2])]
     assert streaming, "token spans must appear while the run is still going"
@@ -68,7 +70,7 @@ def test_errors_are_visible_and_the_app_keeps_serving(client):
 def test_compare_two_configs_with_exports(client):
     table = {"headers": CONFIG_HEADERS, "data": [["ngram γ=2", "sd", "ngram", 2, "fixed", "exact", 0.5, 1, 5],
                                                  ["ngram γ=6", "sd", "ngram", 6, "fixed", "exact", 0.5, 1, 5]]}
-    status, columns, race, metrics, replay, csv_path, json_path = client.predict(
+    status, columns, race, metrics, replay, csv_path, json_path, column, traces = client.predict(
         prompt=PROMPT_A, configs=table, max_new_tokens=8, api_name="/compare_run")
     assert "Run order: autoregressive (AR baseline)#1 → ngram γ=2#1 → ngram γ=6#1" in status
     assert columns.count('class="sv-col"') == 3
@@ -81,6 +83,7 @@ def test_compare_two_configs_with_exports(client):
         data = json.load(f)
     assert data["order"] == ["autoregressive (AR baseline)#1", "ngram γ=2#1", "ngram γ=6#1"] and len(data["runs"]) == 3
     assert all(run["steps"] if "steps" in run else run["events"] for run in data["runs"])
+    assert len(traces) == 3 and all(specviz.load_trace(path).steps for path in traces)  # each column as a trace file
     replayed = client.predict(at_s=0.0, api_name="/compare_replay")
     assert replayed.count('class="sv-col"') == 3 and "0 tokens at 0.00 s" in replayed
 

@@ -90,4 +90,4 @@ def test_explore_frames_pickle_for_zerogpu():
     value = frame(status="<b>x</b>", race=charts.race_figure([charts.Series("a", [0, 1], [0, 2])]), dynamics=charts.dynamics_figure(d),
                   table=step_table([[1, "ngram", 4, "1 / 4", "✓✗··", 2, " hi", 0.1, 40.0, 1.0, 41.1, 0.2, ""]]), session=new_session())
     restored = pickle.loads(pickle.dumps(value))
-    assert restored[0] == "<b>x</b>" and restored[1] == {"__type__": "update"} and len(restored) == 7
+    assert restored[0] == "<b>x</b>" and restored[1] == {"__type__": "update"} and len(restored) == 12  # with the step panel and files
