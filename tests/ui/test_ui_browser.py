@@ -2,22 +2,32 @@
 
 One walk through the app: a streamed run whose spans and chart appear before it ends, Stop (twice), a
 finished run, a two-configuration comparison, the Explain tab, then an empty prompt's visible error
-while the app keeps working. Screenshots of the three tabs go to assets/screenshots/.
+while the app keeps working. Screenshots of the three tabs go to assets/screenshots/. Then teaching mode: a
+sampled run stepped with the keyboard to a rejection, its microscope, the saved trace in an app with no model
+loaded, and the HTML page from disk with the network blocked.
 """
 
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
+
+from tests.ui.conftest import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
-SHOTS = Path(__file__).resolve().parents[2] / "assets" / "screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "assets" / "screenshots"
 LONG = 120_000  # ms: a run on a busy 2-core machine
 
 
@@ -119,3 +129,103 @@ def test_walk_through_the_app(page):
     set_number(page, "explore-max-tokens", 6)
     page.click("#explore-run")
     page.wait_for_selector("#explore-status .sv-status-ok", timeout=LONG)
+
+
+SERVE_WITHOUT_MODELS = """
+import sys
+from specviz.ui.app import build_app, launch
+launch(build_app(), warm_up=False, server_name="127.0.0.1", server_port=int(sys.argv[1]), quiet=True)
+"""
+
+
+def file_href(page, elem_id: str) -> str | None:
+    link = page.locator(f"#{elem_id} a")
+    return link.first.get_attribute("href") if link.count() else None
+
+
+def file_path(page, elem_id: str, before: str | None = None) -> Path:
+    """The local file behind a gr.File output's download link (once it is no longer ``before``)."""
+    for _ in range(100):
+        href = file_href(page, elem_id)
+        if href and href != before:
+            return Path(unquote(href.split("file=", 1)[1]))
+        time.sleep(0.1)
+    raise AssertionError(f"#{elem_id} never offered a new file")
+
+
+def go_to_step(page, prefix: str, k: int) -> None:
+    """Press ← / → until the step panel shows step ``k``."""
+    page.locator(f"#{prefix}-narration").click()
+    for _ in range(200):
+        current = int(page.locator(f"#{prefix}-step input").input_value())
+        if current == k:
+            return
+        page.keyboard.press("ArrowLeft" if current > k else "ArrowRight")
+        page.wait_for_function(f"document.querySelector('#{prefix}-step input').value != '{current}'", timeout=10_000)
+    raise AssertionError(f"never reached step {k}")
+
+
+def shows_record(text: str, v: dict) -> bool:
+    return all(f"{x:.3f}" in text for x in (v["p"], v["q"], v["accept_prob"], v["u"]))
+
+
+def test_teaching_mode_microscope_trace_and_offline_html(page):
+    page.get_by_role("tab", name="Explore").click()
+    page.locator("#explore-prompt textarea").fill("Write a short story about a robot who learns to paint.")
+    if not page.locator("#explore-temperature input[type=number]").is_visible():
+        page.get_by_text("Sampling (temperature").click()
+    set_number(page, "explore-temperature", 0.8)
+    assert page.locator("#explore-temperature input[type=number]").input_value() == "0.8"
+    set_number(page, "explore-seed", 3)
+    set_number(page, "explore-max-tokens", 40)
+    before = file_href(page, "explore-trace-file"), file_href(page, "explore-html-file")
+    page.click("#explore-run")
+    page.wait_for_selector("#explore-status .sv-status-ok", timeout=LONG)
+
+    # 1. Step with the keyboard to a step with a rejection: the microscope shows its recorded p, q, min(1, p/q) and u.
+    trace_path = file_path(page, "explore-trace-file", before[0])
+    data = json.loads(trace_path.read_text())
+    assert data["config"]["temperature"] == 0.8 and data["config"]["seed"] == 3
+    k, v = next((e["step"], e["verify"][e["accepted"]]) for e in reversed(data["steps"]) if e["accepted"] < len(e["draft_ids"]))
+    go_to_step(page, "explore", k)
+    microscope = page.inner_text("#explore-microscope")
+    assert "rejected" in microscope and shows_record(microscope, v)
+    marked = page.locator(f'#explore-tokens .sv-tok[data-step="{k}"]').first
+    assert marked.evaluate("e => getComputedStyle(e).outlineStyle") == "solid"  # the current step is highlighted
+    tokens = page.locator("#explore-tokens .sv-tok").all_inner_texts()
+
+    # 2. The saved trace in a fresh page of an app that has loaded no model: the same token view and microscope.
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVE_WITHOUT_MODELS, str(port)], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        fresh = page.context.browser.new_page()
+        for _ in range(120):
+            try:
+                fresh.goto(f"http://127.0.0.1:{port}/", timeout=5_000)
+                break
+            except Exception:
+                time.sleep(1)
+        fresh.wait_for_selector("#explore-trace-upload", timeout=LONG)
+        fresh.set_input_files("#explore-trace-upload input[type=file]", str(trace_path))
+        fresh.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded trace')", timeout=60_000)
+        assert fresh.locator("#explore-tokens .sv-tok").all_inner_texts() == tokens
+        go_to_step(fresh, "explore", k)
+        assert fresh.inner_text("#explore-microscope") == microscope
+        assert "Models load at the first run" in fresh.inner_text("#model-status")  # nothing was loaded to show it
+        fresh.close()
+    finally:
+        server.terminate()
+        server.wait(30)
+
+    # 3. The HTML page from disk with the network blocked: it steps through and shows the same record.
+    offline, requests = page.context.browser.new_page(), []
+    offline.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                  else (requests.append(route.request.url), route.abort()))
+    offline.goto(file_path(page, "explore-html-file", before[1]).as_uri())
+    offline.wait_for_selector("#race .main-svg", timeout=30_000)
+    last = len(data["steps"])
+    for _ in range(last - k):
+        offline.keyboard.press("ArrowLeft")
+    assert offline.inner_text("#step-label") == f"step {k} / {last}"
+    assert shows_record(offline.inner_text("#microscope"), v) and requests == []
+    offline.close()

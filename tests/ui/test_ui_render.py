@@ -195,3 +195,21 @@ def test_compare_table_reads_chains_and_every_rule():
         parse_table([["bad", "sd", "draft-s,ngram", 4, "fixed", "exact", 0.5, 1.0, 5]], "smollm2-offline", SAMPLING)
     for rows in comparison_presets("smollm2-offline").values():
         assert len(parse_table(rows, "smollm2-offline", SAMPLING)) == len(rows) and len(rows[0]) == len(CONFIG_COLUMNS)
+
+
+def test_traces_open_in_explore_without_a_model_and_bad_files_show_an_error(tmp_path):
+    from pathlib import Path
+
+    from specviz.ui.explore import gallery, open_example, open_trace
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    status = list(open_trace(str(bad), None))[-1][0]
+    assert "sv-status-error" in status and "not a specviz trace" in status
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "trace_v1.json"
+    session = new_session()
+    shown = list(open_trace(str(fixture), session))[-1]
+    assert "Loaded trace" in shown[0] and 'class="sv-tok' in shown[2] and "sv-mic" in shown[9] and "Step " in shown[8]
+    assert session["last"]["theory"] and session["views"]["explore"]["steps"]  # Explain and the step panel read it
+    assert len(gallery()) >= 10
+    assert all('class="sv-tok' in list(open_example(label, None))[-1][2] for label in gallery())

@@ -1,0 +1,80 @@
+"""Traces as files: a committed version-1 trace loads and every view renders from it with no model; what a later
+specviz writes is refused with one line if this one cannot read it; malformed, truncated, oversized and foreign files
+fail with one clear line; the HTML page is self-contained."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import specviz
+from specviz.api import MAX_TRACE_BYTES, TRACE_VERSION, check_trace
+from specviz.viz.export import step_views, trace_page
+
+FIXTURE = Path(__file__).parent / "fixtures" / "trace_v1.json"
+
+
+def test_the_committed_version_1_trace_loads_and_every_view_renders():
+    trace = specviz.load_trace(FIXTURE)
+    assert trace.steps and trace.baseline is not None and trace.config.temperature == 0.8
+    data = trace.to_dict()
+    assert json.loads(json.dumps(data)) == json.loads(FIXTURE.read_text())  # a lossless round trip
+    views = step_views(data)
+    assert len(views) == len(trace.steps) and all(narration and microscope for narration, microscope in views)
+    assert "sv-tok" in trace._repr_html_() and trace.figure().data and trace.speedup
+    assert trace.theory is not None and len(trace.to_dataframe()) == len(trace.steps)
+
+
+def test_the_page_is_self_contained():
+    page = trace_page(json.loads(FIXTURE.read_text()))
+    assert "<script src" not in page and "<link" not in page and "Plotly.newPlot" in page
+    assert page.count('<template id="n-') == len(json.loads(FIXTURE.read_text())["steps"])
+
+
+def write(tmp_path: Path, content) -> Path:
+    path = tmp_path / "t.json"
+    path.write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
+    return path
+
+
+def damaged(**changes) -> dict:
+    data = json.loads(FIXTURE.read_text())
+    for key, value in changes.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (damaged(version=TRACE_VERSION + 1), f"newer than this specviz reads ({TRACE_VERSION})"),
+    (damaged(version="1"), "invalid version"),
+    ({"hello": "world"}, "not a specviz trace"),
+    ([1, 2, 3], "not a specviz trace"),
+    (damaged(steps=None), "'steps' is missing"),
+    (damaged(steps=[{"step": 1}]), "step 1 does not have a step's fields"),
+    (damaged(spans=[["x"]]), "token span"),
+    (FIXTURE.read_bytes()[: len(FIXTURE.read_bytes()) // 2], "not valid JSON"),
+    (b"\xff\xfe\x00garbage", "not valid JSON"),
+])
+def test_bad_files_fail_with_one_line(tmp_path, content, fragment):
+    with pytest.raises(specviz.ConfigError, match="^[^\n]*" + fragment.replace("(", r"\(").replace(")", r"\)")):
+        specviz.load_trace(write(tmp_path, content))
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "big.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_TRACE_BYTES + 1)
+    with pytest.raises(specviz.ConfigError, match="a trace file is at most"):
+        specviz.load_trace(path)
+
+
+def test_a_missing_file_is_one_line(tmp_path):
+    with pytest.raises(specviz.ConfigError, match="cannot read trace file"):
+        specviz.load_trace(tmp_path / "nope.json")
+
+
+def test_check_trace_accepts_what_save_writes():
+    assert check_trace(json.loads(FIXTURE.read_text()))["version"] == 1
