@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
-STEPS=${STEPS:-"predictor standard all-prompts policies selection chains judge judge-confidence judge-head-draft judge-overhead advisor ui"}
+STEPS=${STEPS:-"predictor standard all-prompts policies selection chains judge judge-confidence judge-head-draft judge-overhead record-overhead advisor ui"}
 export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
@@ -24,6 +24,7 @@ for step in $STEPS; do
     judge-head-draft) $PY -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
       --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft ;;
     judge-overhead) $PY scripts/measure_judge_overhead.py ;;
+    record-overhead) $PY scripts/measure_record_overhead.py ;;
     ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure.txt ;;
     advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
