@@ -16,7 +16,7 @@ from specviz.models.presets import Preset
 def target_dtype(setting: str) -> torch.dtype:
     """The target's dtype. ``auto`` is bfloat16 on CUDA and float32 on CPU: a multi-token bf16 verify forward
     rounds differently from the single-token forwards of plain decoding, so near-ties flip and greedy speculative
-    decoding stops matching ``generate`` token for token (6 of 12 suite prompts on an AVX-512-bf16 CPU)."""
+    decoding stops matching ``generate`` token for token (measured in ``results/bench.md``)."""
     if setting == "auto":
         return torch.bfloat16 if pick_device().type == "cuda" else torch.float32
     return getattr(torch, setting)

@@ -97,7 +97,7 @@ class TopKRecorder:
 def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, seed: int,
                   dtype: torch.dtype = torch.float32) -> None:
     """Greedy answers of the target to ``n_prompts`` instructions, saved in shards as they finish. A bf16
-    target answers about twice as fast in large batches on AVX-512-bf16 CPUs; its answers are the target's
+    target answers faster in large batches on CPUs with native bf16 matmuls; its answers are the target's
     greedy text up to rounding, which is all the feature head needs (it learns from fp32 states recomputed on them)."""
     from transformers import LogitsProcessorList
 

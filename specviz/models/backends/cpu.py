@@ -16,10 +16,10 @@ class PackedLinear(torch.nn.Module):
     """A CPU fp32 linear layer with the kernel that measured fastest for the number of rows it is given.
 
     Up to :attr:`narrow_rows` rows (a plain step, or a verify with γ <= 3) it is MKL's GEMM with the weight as
-    the left operand and the rows, padded to an even count, as 2 or 4 columns: on a 2-core CPU that costs
-    about as much for 4 rows as for 2, and less than any 1-row kernel. More rows (prefill, long verifies) use
-    the weight reordered once into oneDNN's blocked layout; transformers' default (MKL ``x @ W.T``) costs
-    1.4-2x more at 2-8 rows. ``scripts/measure_linear_kernels.py`` times all three. The kernels differ from
+    the left operand and the rows, padded to an even count, as 2 or 4 columns, which measured cheaper than any
+    1-row kernel and about as cheap for 4 rows as for 2. More rows (prefill, long verifies) use the weight
+    reordered once into oneDNN's blocked layout, which beat transformers' default (MKL ``x @ W.T``) there.
+    ``scripts/measure_linear_kernels.py`` times all three (``results/linear_kernels.md``). The kernels differ from
     the default by rounding only (~1e-4 in the logits). ``weight`` stays the module's parameter (tied weights
     stay tied); an input of another dtype, after a ``.to()``, uses it directly."""
 
@@ -114,7 +114,7 @@ def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def int8_kernels(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether a draft in ``dtype`` on ``device`` multiplies by int8 weights: on a CPU that runs its drafts in
-    bf16, torch's weight-only int8 kernel reads a quarter of fp32's bytes and runs a 1-token draft step several
+XX
     times faster than a bf16 matmul. Drafts only: the target always computes in its own dtype."""
     return device.type == "cpu" and dtype == torch.bfloat16 and hasattr(torch.ops.aten, "_weight_int8pack_mm")
 

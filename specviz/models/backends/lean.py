@@ -2,7 +2,7 @@
 dozen tensor ops per layer, in the spirit of gpt-fast's ``generate.py``.
 
 A small model spends much of a transformers forward in Python (masks, cache objects, module hooks), not in
-arithmetic: about 8 % of a SmolLM2-135M step on a 2-core CPU, most of a few-million-parameter draft's.
+arithmetic; the smaller the model, the larger that share.
 :class:`LeanStorage` is a storage of :class:`~specviz.core.cache.CachedModel` (full token list in, logits of
 the last ``keep`` positions out, pre-norm states on request, lazy rollback to the common prefix), so drafters
 and the engine cannot tell it from transformers' forward. Both the target and the drafts run on it. On an fp32 CPU model it
