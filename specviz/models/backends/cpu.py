@@ -114,8 +114,8 @@ def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def int8_kernels(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether a draft in ``dtype`` on ``device`` multiplies by int8 weights: on a CPU that runs its drafts in
-XX
-    times faster than a bf16 matmul. Drafts only: the target always computes in its own dtype."""
+    bf16, torch's weight-only int8 kernel reads a quarter of fp32's bytes and runs a 1-token draft step faster
+    than a bf16 matmul. Drafts only: the target always computes in its own dtype."""
     return device.type == "cpu" and dtype == torch.bfloat16 and hasattr(torch.ops.aten, "_weight_int8pack_mm")
 
 
