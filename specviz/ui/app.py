@@ -13,6 +13,8 @@ import gradio as gr
 
 from specviz.ui.bank import Models, default_preset, shared_models
 from specviz.ui.compare import build_compare_tab
+from specviz.ui.controls import decode_concurrency
+from specviz.ui.endpoint import generate
 from specviz.ui.explain import build_explain_tab, explain_update
 from specviz.ui.explore import build_explore_tab
 from specviz.ui.teach import KEYS_JS
@@ -50,6 +52,7 @@ def build_app() -> gr.Blocks:
             with gr.Tab("Explain", id="explain") as explain_tab:
                 explain_inputs, explain_outputs = build_explain_tab(session)
         explain_tab.select(explain_update, explain_inputs, explain_outputs, api_visibility="private")
+        gr.api(generate, api_name="generate", concurrency_id="decode", concurrency_limit=decode_concurrency())
         timer.tick(model_status, None, [models_line, timer], api_visibility="private", queue=False)
         demo.load(model_status, None, [models_line, timer], api_visibility="private", queue=False)
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY)

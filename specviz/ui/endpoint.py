@@ -1,0 +1,55 @@
+"""The programmable endpoint: ``api_name="generate"`` takes a prompt and a settings object (DecodeConfig's names) and
+returns the CLI's ``--json`` object, so a running app or a Space is usable from a script:
+
+    from gradio_client import Client
+    result = Client("http://127.0.0.1:7860/").predict("Explain rainbows.", {"draft": "head", "gamma": 3}, api_name="/generate")
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gradio as gr
+
+from specviz.analysis.result import run_to_result
+from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import prepare
+from specviz.ui.bank import shared_models
+from specviz.ui.gpu import decode_seconds, gpu, observe_speed
+
+MAX_TOKENS = 512
+"""The endpoint's cap on max_new_tokens (the app's sliders have the same)."""
+
+
+def generate_seconds(prompt: str, settings: dict | None = None) -> int:
+    """The GPU time a ``generate`` call asks for (ZeroGPU's ``duration``)."""
+    try:
+        tokens = int((settings or {}).get("max_new_tokens", DecodeConfig.max_new_tokens))
+    except (TypeError, ValueError):
+        tokens = DecodeConfig.max_new_tokens
+    return decode_seconds(min(max(tokens, 1), MAX_TOKENS))
+
+
+@gpu(duration=generate_seconds)
+def decode(prompt: str, settings: dict) -> dict:
+    """One decode on the GPU side: plain data in, the CLI's JSON object out."""
+    config = DecodeConfig.from_values(settings)
+    if config.max_new_tokens > MAX_TOKENS:
+        raise ConfigError(f"max_new_tokens is at most {MAX_TOKENS} here, got {config.max_new_tokens}")
+    start = time.perf_counter()
+    result = run_to_result(prepare(config, prompt, shared_models().bank))
+    observe_speed(result["metrics"]["new_tokens"], time.perf_counter() - start)
+    return result
+
+
+def generate(prompt: str, settings: dict[str, Any] | None = None) -> dict:
+    """Decode ``prompt`` with ``settings`` (DecodeConfig's names: draft, gamma, gamma_policy, accept, temperature, seed,
+    max_new_tokens, …) and return the CLI's --json object: text, token_ids, config, metrics, steps and theory."""
+    if settings is not None and not isinstance(settings, dict):
+        raise gr.Error("settings must be a JSON object of DecodeConfig's names, e.g. {\"gamma\": 3}")
+    try:
+        return decode(prompt, dict(settings or {}))
+    except (ConfigError, ModelLoadError) as exc:
+        raise gr.Error(str(exc)) from None
