@@ -72,8 +72,9 @@ class ExactRule:
 
     @classmethod
     def from_settings(cls, settings, target) -> ExactRule:
-        """The registry's protocol: a rule from the run's settings (a DecodeConfig) and the target (a LoadedModel)."""
-        return cls()
+        """The registry's protocol: a rule from the run's settings (a DecodeConfig) and the target (a LoadedModel); by
+        default the rule's registered settings, in order, are its constructor's arguments."""
+        return cls(*(getattr(settings, name) for name in ACCEPT_RULES.entry(cls.name).params))
 
     def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
                states: torch.Tensor | None = None) -> Verdict:
@@ -149,10 +150,6 @@ class LenientRule(ExactRule):
     def __init__(self, lenience: float):
         self.lenience = lenience
 
-    @classmethod
-    def from_settings(cls, settings, target) -> LenientRule:
-        return cls(settings.lenience)
-
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
         if c.u is None:
             rows = torch.arange(len(c.ids), device=c.ids.device)
@@ -169,10 +166,6 @@ class TopKRule(ExactRule):
 
     def __init__(self, k: int):
         self.k = k
-
-    @classmethod
-    def from_settings(cls, settings, target) -> TopKRule:
-        return cls(settings.topk)
 
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, None]:
         top = c.logits.topk(min(self.k, c.logits.shape[-1]), dim=-1).indices
