@@ -12,7 +12,7 @@ from dataclasses import MISSING, astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from specviz.analysis.result import run_to_result
+from specviz.analysis.result import result_of
 from specviz.core.cache import LoadedModel
 from specviz.core.engine import StepEvent
 from specviz.core.errors import ConfigError
@@ -20,7 +20,7 @@ from specviz.models.loading import describe_hardware
 from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
 from specviz.runtime.bank import ModelBank, target_dtype
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import PreparedRun, prepare
+from specviz.runtime.prepare import PreparedRun, RunPlan, prepare
 from specviz.viz import charts
 from specviz.viz.export import race_series, run_label, trace_headline, trace_page
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
@@ -233,7 +233,7 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     decode autoregressively with the same settings, for the speedup. ``settings``: DecodeConfig's names (gamma,
     gamma_policy, accept, judge_threshold, chain, temperature, top_p, seed, max_new_tokens, chat=True, method…)."""
     run = _prepared(prompt, target, draft, tokenizer, settings)
-    trace = trace_of(prompt, run, list(run.events()))
+    trace = trace_of(prompt, run.plan, list(run.events()))
     if baseline:
         ar = {**settings, "method": "ar"}
         ar.pop("chain", None)
@@ -241,13 +241,13 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     return trace
 
 
-def trace_of(prompt: str, run: PreparedRun, events: Sequence[StepEvent]) -> Trace:
-    """The Trace of a prepared run's events (the CLI and the app build theirs here too)."""
-    result = run_to_result(run, list(events))
-    spans = TraceBuilder(run.tokenizer, run.prompt_ids).add_all(events)
-    models = {"target": run.target.name, "drafters": [d.name for d in run.drafters]}
-    return Trace(prompt, run.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans,
-                 token_pieces(run.tokenizer, events), models, describe_hardware())
+def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent]) -> Trace:
+    """The Trace of a run's events (``plan``: a prepared run's ``plan``, or ``runtime.prepare.plan``'s)."""
+    result = result_of(plan, list(events))
+    spans = TraceBuilder(plan.tokenizer, plan.prompt_ids).add_all(events)
+    models = {"target": plan.target, "drafters": sorted({e.drafter for e in events if e.draft_ids})}
+    return Trace(prompt, plan.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans,
+                 token_pieces(plan.tokenizer, events), models, describe_hardware())
 
 
 def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:

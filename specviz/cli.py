@@ -95,10 +95,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
     config, prompt, bank = config_from_args(a), read_prompt(a), ModelBank()
     run = prepare(config, prompt, bank)
-    trace = trace_of(prompt, run, list(run.events()))
+    trace = trace_of(prompt, run.plan, list(run.events()))
     if (a.trace_out or a.html) and config.method == "sd":  # a trace file holds its AR baseline
         ar = prepare(replace(config, method="ar", draft=None, chain=[], select=[]), prompt, bank)
-        trace.baseline = trace_of(prompt, ar, list(ar.events()))
+        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()))
     for path, write in ((a.trace_out, trace.save), (a.html, trace.to_html)):
         if path is not None:
             try:

@@ -5,18 +5,22 @@ from __future__ import annotations
 from specviz.analysis.theory import run_theory
 from specviz.core.engine import StepEvent
 from specviz.core.metrics import summarize
-from specviz.runtime.prepare import PreparedRun
+from specviz.runtime.prepare import PreparedRun, RunPlan
 
 
-def run_to_result(run: PreparedRun, events: list[StepEvent] | None = None) -> dict:
-    """Decode to the end (unless ``events`` are given) and build the CLI's JSON object."""
-    events = list(run.events()) if events is None else events
+def result_of(plan: RunPlan, events: list[StepEvent]) -> dict:
+    """The CLI's JSON object of a run's events."""
     token_ids = [t for e in events for t in e.emitted_ids]
     return {
-        "text": run.tokenizer.decode(token_ids, skip_special_tokens=True),
+        "text": plan.tokenizer.decode(token_ids, skip_special_tokens=True),
         "token_ids": token_ids,
-        "config": run.config.to_dict(),
+        "config": plan.config.to_dict(),
         "metrics": summarize(events),
         "steps": [e.to_dict() for e in events],
         "theory": run_theory(events),
     }
+
+
+def run_to_result(run: PreparedRun, events: list[StepEvent] | None = None) -> dict:
+    """Decode to the end (unless ``events`` are given) and build the CLI's JSON object."""
+    return result_of(run.plan, list(run.events()) if events is None else events)

@@ -31,6 +31,11 @@ class Preset:
     drafts: dict[str, str] = field(default_factory=dict)
     description: str = ""
 
+    @property
+    def target_name(self) -> str:
+        """The target's display name: the last part of its source."""
+        return self.target.rsplit("/", 1)[-1]
+
 
 PRESETS: dict[str, Preset] = {
     OFFLINE_PRESET: Preset(

@@ -41,7 +41,7 @@ class ModelBank:
         return self._get("model", (source, dtype), lambda: load_model(source, name, dtype=dtype))
 
     def target(self, preset: Preset, dtype: str = "auto") -> LoadedModel:
-        return self.model(preset.target, preset.target.rsplit("/", 1)[-1], target_dtype(dtype))
+        return self.model(preset.target, preset.target_name, target_dtype(dtype))
 
     def head(self, source: str, target: LoadedModel) -> tuple[FeatureHead, list[int] | None]:
         """A feature head on ``target``'s device and dtype, with its draft vocabulary."""

@@ -20,10 +20,32 @@ from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
 from specviz.models.loading import check_shared_vocab, shared_vocab_size
-from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
+from specviz.models.presets import NGRAM_DRAFT, Preset, resolve_draft, resolve_preset
 from specviz.models.prompts import encode_prompt, stop_ids_of
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the views of a run need, known before any model runs: the settings, the tokenizer, the prompt's ids and
+    the target's name."""
+
+    config: DecodeConfig
+    tokenizer: object
+    prompt_ids: list[int]
+    target: str
+
+
+def plan(config: DecodeConfig, prompt: str, bank: ModelBank) -> RunPlan:
+    """Validate the settings and encode the prompt with the preset's tokenizer; loads no model weights and computes
+    nothing on a device (on ZeroGPU the decode itself runs in another process)."""
+    config.validate()
+    if not prompt or not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    preset = resolve_preset(config.preset)
+    tokenizer = bank.tokenizer(preset.target)
+    return RunPlan(config, tokenizer, encode_prompt(tokenizer, prompt, config.chat), preset.target_name)
 
 
 @dataclass
@@ -38,6 +60,10 @@ class PreparedRun:
     sampler: Sampler
     stop_ids: list[int]
     rule: ExactRule
+
+    @property
+    def plan(self) -> RunPlan:
+        return RunPlan(self.config, self.tokenizer, self.prompt_ids, self.target.name)
 
     def events(self) -> Iterator[StepEvent]:
         def policy() -> LengthPolicy:
@@ -79,6 +105,15 @@ def drafter_kind(source: str | LoadedModel) -> type[Drafter]:
     return next(kind for kind in reversed(list(DRAFTERS.values())) if kind.claims(source))
 
 
+def run_drafts(config: DecodeConfig, preset: Preset) -> list[tuple[str, str]]:
+    """(name, source) of every draft a run of ``config`` uses: the chain, the selection, or the one draft (the
+    preset's first by default); none for AR."""
+    if config.method != "sd":
+        return []
+    names = config.chain or config.select or [config.draft or next(iter(preset.drafts), NGRAM_DRAFT)]
+    return [(name, resolve_draft(preset, name)) for name in names]
+
+
 def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: LoadedModel | None = None, tokenizer=None,
             drafts: list[tuple[str, str | LoadedModel]] | None = None) -> PreparedRun:
     """Validate, load (or reuse) the models, encode the prompt; raises ConfigError / ModelLoadError.
@@ -89,10 +124,7 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: Loade
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
     preset = resolve_preset(config.preset)
-    if drafts is None:
-        default_draft = config.draft or next(iter(preset.drafts), NGRAM_DRAFT)
-        names = (config.chain or config.select or [default_draft]) if config.method == "sd" else []
-        drafts = [(name, resolve_draft(preset, name)) for name in names]
+    drafts = run_drafts(config, preset) if drafts is None else drafts
     if target is None:
         tokenizer, target = bank.tokenizer(preset.target), bank.target(preset, config.dtype)
     prompt_ids = encode_prompt(tokenizer, prompt, config.chat)

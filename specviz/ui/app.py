@@ -14,6 +14,7 @@ import gradio as gr
 from specviz.ui.bank import Models, default_preset, shared_models
 from specviz.ui.compare import build_compare_tab
 from specviz.ui.controls import decode_concurrency
+from specviz.ui.decode import decode_steps
 from specviz.ui.endpoint import generate
 from specviz.ui.explain import build_explain_tab, explain_update
 from specviz.ui.explore import build_explore_tab
@@ -68,7 +69,7 @@ def launch(demo: gr.Blocks | None = None, warm_up: bool = True, **kwargs) -> gr.
     """Start loading the default preset's models in the background and serve the app."""
     demo = demo or build_app()
     if warm_up:
-        shared_models().warm_up(default_preset())
+        shared_models().warm_up(decode_steps, default_preset())
     kwargs.setdefault("server_port", server_port())
     kwargs.setdefault("max_file_size", "32mb")  # an uploaded trace is at most this (specviz.api.MAX_TRACE_BYTES)
     demo.launch(theme=THEME, css=CSS, js=KEYS_JS, **kwargs)

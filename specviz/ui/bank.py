@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specviz.methods.feature_head import is_feature_head
 from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import prepare
+from specviz.runtime.prepare import drafter_kind, run_drafts
 
 LOADING_MESSAGE = "Loading models… (the first start converts the GGUF target, ~30 s; later starts take a few seconds)"
 
@@ -37,28 +38,41 @@ class Models:
         with self._lock:
             return (config.preset, "") in self._loaded and all((config.preset, d) in self._loaded for d in drafts)
 
+    def load_weights(self, config: DecodeConfig) -> None:
+        """Load the weights a run of ``config`` needs into the shared bank, in this process and computing nothing: on
+        ZeroGPU the decodes run in GPU workers forked from this process, which find them there."""
+        preset = resolve_preset(config.preset)
+        target = self.bank.target(preset, config.dtype)
+        for name, source in run_drafts(config, preset):
+            kind = drafter_kind(source)
+            if kind.loads_model:
+                self.bank.model(source, name)
+            elif kind.reads_features:
+                self.bank.head(source, target)
+        self.mark_loaded(config)
+
     def mark_loaded(self, config: DecodeConfig) -> None:
         with self._lock:
             self._loaded.add((config.preset, ""))
             self._loaded.update((config.preset, d) for d in draft_names(config))
 
-    def warm_up(self, preset: str = OFFLINE_PRESET, background: bool = True) -> None:
-        """Load the preset's target and every draft whose weights exist, and run two tokens through each."""
+    def warm_up(self, decode: Callable[[dict, str], Iterable], preset: str = OFFLINE_PRESET, background: bool = True) -> None:
+        """Load the preset's target and every draft whose weights exist here, and run two tokens through each with
+        ``decode`` (the app's decode, which runs where the device is)."""
         if self._warming is not None:
             return
-        self._warming = threading.Thread(target=self._warm, args=(preset,), name="specviz-warmup", daemon=True)
+        self._warming = threading.Thread(target=self._warm, args=(decode, preset), name="specviz-warmup", daemon=True)
         self._warming.start()
         if not background:
             self._warming.join()
 
-    def _warm(self, preset: str) -> None:
+    def _warm(self, decode: Callable[[dict, str], Iterable], preset: str) -> None:
         start = time.perf_counter()
         try:
             for config in warmup_configs(preset):
-                run = prepare(config, "Hello", self.bank)
-                for _ in run.events():
+                self.load_weights(config)
+                for _ in decode(config.to_dict(), "Hello"):
                     pass
-                self.mark_loaded(config)
         except Exception as exc:  # shown in the status line; runs will report their own errors
             self.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         self.ready_s = time.perf_counter() - start

@@ -16,12 +16,13 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from specviz.analysis.result import run_to_result
+from specviz.analysis.result import result_of
 from specviz.api import Trace, token_pieces, trace_of
+from specviz.core.engine import StepEvent
 from specviz.core.errors import ConfigError
 from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import drafter_kind, prepare
+from specviz.runtime.prepare import drafter_kind, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, available_drafts, default_draft, shared_models
 from specviz.ui.controls import (
     decode_concurrency,
@@ -32,11 +33,10 @@ from specviz.ui.controls import (
     preset_dropdown,
     sampling_controls,
 )
+from specviz.ui.decode import decode_steps
 from specviz.ui.explore import AR_LABEL, ar_config
 from specviz.ui.exports import export_folder
-from specviz.ui.gpu import gpu
 from specviz.ui.state import baseline_key, ensure_session, make_config, put_baseline, run_record
-from specviz.ui.stream import stream_batches
 from specviz.ui.teach import build_step_panel, view_update, wire_step_panel
 from specviz.viz import charts
 from specviz.viz.render import column_html, columns_html, spans_html, status_html
@@ -194,14 +194,15 @@ def metrics_table(comp: Comparison) -> pd.DataFrame:
 def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: dict) -> Iterator[tuple]:
     """Stream one configuration; its first round updates its column live."""
     config = comp.configs[label]
-    run = prepare(config, comp.prompt, models.bank)
+    run = plan(config, comp.prompt, models.bank)
     builder = TraceBuilder(run.tokenizer, run.prompt_ids)
     raw, last_cols, last_chart = [], 0.0, 0.0
     if rnd == 0:
         view = comp.views[label] = {"steps": builder.events, "pieces": {}, "config": config.to_dict(), "baseline": None, "follow": True,
                                     "selector": f"#compare-columns .sv-col:nth-child({comp.labels.index(label) + 1})"}
         session["views"][view_key(label)] = view
-    for batch in stream_batches(run.events()):
+    for steps in decode_steps(config.to_dict(), comp.prompt):
+        batch = [StepEvent(**step) for step in steps]
         raw += batch
         if rnd == 0:
             comp.add_steps(label, builder, batch)
@@ -217,7 +218,7 @@ def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: di
                 if now - last_chart >= CHART_EVERY_S:
                     race, last_chart = comp.race(), now
             yield frame(status=_progress(comp, label, rnd, builder.new_tokens), columns=columns, race=race)
-    record = run_record(label, config, builder.events, run_to_result(run, raw), round=rnd + 1, order=len(comp.order) + 1)
+    record = run_record(label, config, builder.events, result_of(run, raw), round=rnd + 1, order=len(comp.order) + 1)
     if rnd == 0:
         comp.views[label] = {**trace_of(comp.prompt, run, raw).to_dict(), "follow": True, "selector": view["selector"]}
     comp.rounds[label].append(record)
@@ -234,10 +235,9 @@ def _progress(comp: Comparison, label: str, rnd: int, tokens: int) -> str:
 def _warm_up(models: Models, comp: Comparison) -> None:
     """A few tokens through every configuration first, so no run pays a first-call cost."""
     for label in comp.labels:
-        run = prepare(replace(comp.configs[label], max_new_tokens=WARMUP_TOKENS), comp.prompt, models.bank)
-        for _ in run.events():
+        models.load_weights(comp.configs[label])
+        for _ in decode_steps(replace(comp.configs[label], max_new_tokens=WARMUP_TOKENS).to_dict(), comp.prompt):
             pass
-        models.mark_loaded(comp.configs[label])
 
 
 def compare_frames(models: Models, prompt: str, preset: str, table, sampling: dict, repeats: int, session: dict) -> Iterator[tuple]:
@@ -320,7 +320,6 @@ def export(comp: Comparison, sampling: dict, preset: str) -> tuple[Path, Path]:
     return csv_path, json_path
 
 
-@gpu
 def compare_run(prompt: str, preset: str, configs: pd.DataFrame, temperature: float, top_p: float, seed: float,
                 max_new_tokens: float, chat: bool, rounds: float, session: dict | None):
     """Run every configuration and AR on the same prompt and seed; stream columns, chart, metrics, exports."""

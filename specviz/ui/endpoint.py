@@ -15,7 +15,7 @@ import gradio as gr
 from specviz.analysis.result import run_to_result
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import prepare
+from specviz.runtime.prepare import plan, prepare
 from specviz.ui.bank import shared_models
 from specviz.ui.gpu import decode_seconds, gpu, observe_speed
 
@@ -35,11 +35,8 @@ def generate_seconds(prompt: str, settings: dict | None = None) -> int:
 @gpu(duration=generate_seconds)
 def decode(prompt: str, settings: dict) -> dict:
     """One decode on the GPU side: plain data in, the CLI's JSON object out."""
-    config = DecodeConfig.from_values(settings)
-    if config.max_new_tokens > MAX_TOKENS:
-        raise ConfigError(f"max_new_tokens is at most {MAX_TOKENS} here, got {config.max_new_tokens}")
     start = time.perf_counter()
-    result = run_to_result(prepare(config, prompt, shared_models().bank))
+    result = run_to_result(prepare(DecodeConfig(**settings).validate(), prompt, shared_models().bank))
     observe_speed(result["metrics"]["new_tokens"], time.perf_counter() - start)
     return result
 
@@ -50,6 +47,11 @@ def generate(prompt: str, settings: dict[str, Any] | None = None) -> dict:
     if settings is not None and not isinstance(settings, dict):
         raise gr.Error("settings must be a JSON object of DecodeConfig's names, e.g. {\"gamma\": 3}")
     try:
-        return decode(prompt, dict(settings or {}))
+        config = DecodeConfig.from_values(settings or {})
+        if config.max_new_tokens > MAX_TOKENS:
+            raise ConfigError(f"max_new_tokens is at most {MAX_TOKENS} here, got {config.max_new_tokens}")
+        plan(config, prompt, shared_models().bank)  # settings and prompt checked here, before asking for a GPU
+        shared_models().load_weights(config)
+        return decode(prompt, config.to_dict())
     except (ConfigError, ModelLoadError) as exc:
         raise gr.Error(str(exc)) from None

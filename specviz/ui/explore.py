@@ -16,13 +16,14 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from specviz.analysis.result import run_to_result
+from specviz.analysis.result import result_of
 from specviz.api import Trace, read_trace, token_pieces, trace_of
+from specviz.core.engine import StepEvent
 from specviz.core.errors import ConfigError
 from specviz.core.metrics import summarize
 from specviz.models.paths import ASSETS
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import PreparedRun, prepare
+from specviz.runtime.prepare import RunPlan, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, shared_models
 from specviz.ui.controls import (
     BASELINE_AFTER,
@@ -36,10 +37,9 @@ from specviz.ui.controls import (
     guarded,
     wire_decode_controls,
 )
+from specviz.ui.decode import decode_steps
 from specviz.ui.exports import export_folder
-from specviz.ui.gpu import gpu
 from specviz.ui.state import baseline_key, ensure_session, get_baseline, make_config, put_baseline, run_record
-from specviz.ui.stream import stream_batches
 from specviz.ui.teach import build_step_panel, live_panel, view_update, wire_step_panel
 from specviz.viz import charts
 from specviz.viz.export import SPEEDS, race_series, trace_headline, trace_page
@@ -84,17 +84,24 @@ def ar_config(config: DecodeConfig) -> DecodeConfig:
 class Live:
     """What the charts and headline of a streaming run need, updated batch by batch."""
 
-    def __init__(self, run: PreparedRun, label: str):
-        self.run, self.label = run, label
-        self.builder = TraceBuilder(run.tokenizer, run.prompt_ids)
-        self.events: list = []
+    def __init__(self, plan: RunPlan, label: str):
+        self.plan, self.label = plan, label
+        self.builder = TraceBuilder(plan.tokenizer, plan.prompt_ids)
+        self.events: list[StepEvent] = []
         self.tokens_html = ""
-        self.view = {"steps": self.builder.events, "pieces": {}, "config": run.config.to_dict(), "baseline": None, "follow": True}
+        self.view = {"steps": self.builder.events, "pieces": {}, "config": plan.config.to_dict(), "baseline": None, "follow": True}
 
-    def add(self, batch: list) -> None:
-        self.events += batch
-        self.tokens_html += spans_html(self.builder.add_all(batch))
-        self.view["pieces"].update(token_pieces(self.run.tokenizer, batch))
+    def add(self, batch: list[dict]) -> None:
+        events = [StepEvent(**step) for step in batch]
+        self.events += events
+        self.tokens_html += spans_html(self.builder.add_all(events))
+        self.view["pieces"].update(token_pieces(self.plan.tokenizer, events))
+
+    def stream(self, prompt: str) -> Iterator[list[dict]]:
+        """The run's steps from the decode (the GPU worker on ZeroGPU), batch by batch, recorded here as they come."""
+        for batch in decode_steps(self.plan.config.to_dict(), prompt):
+            self.add(batch)
+            yield batch
 
     def metrics(self) -> dict:
         return summarize(self.events)
@@ -132,17 +139,16 @@ def _measure_ar(models: Models, config: DecodeConfig, prompt: str, session: dict
                 shown: list[charts.Series]) -> Iterator[tuple]:
     """Stream the AR baseline (chart and status only); stores it in the session cache and returns it."""
     cfg = ar_config(config)
-    run = prepare(cfg, prompt, models.bank)
-    live, last = Live(run, AR_LABEL), 0.0
-    for batch in stream_batches(run.events(), every_s=TOKENS_EVERY_S):
-        live.add(batch)
+    ar_plan = plan(cfg, prompt, models.bank)
+    live, last = Live(ar_plan, AR_LABEL), 0.0
+    for _ in live.stream(prompt):
         if time.perf_counter() - last >= CHARTS_EVERY_S:
             last = time.perf_counter()
             race = charts.race_figure(shown + [live.series(baseline=True, note=f"measuring {when}…")])
             yield frame(status=status_html(f"Measuring the AR baseline {when} (same prompt and settings): "
                                            f"{live.builder.new_tokens}/{cfg.max_new_tokens} tokens…", "busy"), race=race)
-    record = run_record(AR_LABEL, cfg, live.builder.events, run_to_result(run, live.events), measured=when,
-                        run=session["runs"], trace=trace_of(prompt, run, live.events).to_dict())
+    record = run_record(AR_LABEL, cfg, live.builder.events, result_of(ar_plan, live.events), measured=when,
+                        run=session["runs"], trace=trace_of(prompt, ar_plan, live.events).to_dict())
     put_baseline(session, baseline_key(config, prompt), record)
     return record
 
@@ -163,10 +169,10 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
         raise ConfigError("the prompt is empty: type a prompt or pick an example")
     session["runs"] += 1
     live_info = session["live"] = {"running": True, "tokens": 0, "run": session["runs"]}
+    run = plan(config, prompt, models.bank)
     if not models.is_loaded(config):
         yield frame(status=status_html(LOADING_MESSAGE, "busy"))
-    run = prepare(config, prompt, models.bank)
-    models.mark_loaded(config)
+    models.load_weights(config)
     key = baseline_key(config, prompt)
     cached = get_baseline(session, key) if config.method == "sd" else None
     ar = {**cached, "reused": True} if cached else None
@@ -180,8 +186,8 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     session["views"][VIEW] = live.view
     yield frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
                 panel=view_update(None, None, TOKENS_ID), **cleared)
-    yield from _stream_main(live, config, ar, _baseline_note(ar, baseline, config.method), live_info)
-    result = run_to_result(run, live.events)
+    yield from _stream_main(live, prompt, config, ar, _baseline_note(ar, baseline, config.method), live_info)
+    result = result_of(run, live.events)
     record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
     if config.method == "ar":
         put_baseline(session, key, {**record, "label": AR_LABEL, "measured": f"as Explore run #{session['runs']}"})
@@ -195,10 +201,9 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     yield _final_frame(live, config, ar, baseline, session, result, trace)
 
 
-def _stream_main(live: Live, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
+def _stream_main(live: Live, prompt: str, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
     last_chart = 0.0
-    for batch in stream_batches(live.run.events(), every_s=TOKENS_EVERY_S):
-        live.add(batch)
+    for _ in live.stream(prompt):
         live_info["tokens"] = live.builder.new_tokens
         race = dyn = table = None
         if time.perf_counter() - last_chart >= CHARTS_EVERY_S:  # charts and the table are the costly outputs: throttled
@@ -308,7 +313,6 @@ def replay_run(speed: float, session: dict | None) -> Iterator[tuple]:
     yield from guarded(lambda: replay_frames(speed, session), lambda message: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()))
 
 
-@gpu
 def explore_run(prompt: str, preset: str, method: str, draft: str, gamma: float, gamma_policy: str, accept: str,
                 judge_threshold: float, lenience: float, topk: float, chain: list[str], select: list[str], temperature: float,
                 top_p: float, seed: float, max_new_tokens: float, chat: bool, baseline: str, session: dict | None):

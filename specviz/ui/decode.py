@@ -1,0 +1,41 @@
+"""The app's decodes, run where the device is: on a ZeroGPU Space each call below runs in the GPU worker process.
+
+What crosses the boundary is plain data both ways: a run's settings (a dict) and prompt in, batches of step dicts
+out. Everything else (the tokenizer, the views, the browser session's live state that Stop reads) stays in the app's
+own process, so stopping a run closes this generator from the app's side, which ends the worker's decode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import prepare
+from specviz.ui.bank import shared_models
+from specviz.ui.gpu import decode_seconds, gpu, observe_speed
+from specviz.ui.stream import stream_batches
+
+BATCH_EVERY_S = 0.25
+"""How often the decode hands over the steps it has (the first at once)."""
+
+
+def steps_seconds(settings: dict, prompt: str, runs: int = 1) -> int:
+    """The GPU time a call asks for: ``runs`` decodes of the requested tokens (ZeroGPU's ``duration``)."""
+    return decode_seconds(int(settings.get("max_new_tokens", DecodeConfig.max_new_tokens)), runs)
+
+
+@gpu(duration=steps_seconds)
+def decode_steps(settings: dict, prompt: str, runs: int = 1) -> Iterator[list[dict]]:
+    """Decode ``prompt`` with ``settings`` (DecodeConfig's fields) ``runs`` times (the first runs warm a configuration
+    up: their steps are not handed over), yielding batches of the last run's step dicts as they come."""
+    config = DecodeConfig(**settings).validate()
+    bank = shared_models().bank
+    for _ in range(runs - 1):
+        for _ in prepare(config, prompt, bank).events():
+            pass
+    start, tokens = time.perf_counter(), 0
+    for batch in stream_batches(prepare(config, prompt, bank).events(), every_s=BATCH_EVERY_S):
+        tokens += sum(len(e.emitted_ids) for e in batch)
+        yield [e.to_dict() for e in batch]
+    observe_speed(tokens, time.perf_counter() - start)
