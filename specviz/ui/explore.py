@@ -50,7 +50,6 @@ from specviz.viz.trace import STEP_COLUMNS, TraceBuilder, cumulative, step_row
 VIEW, TOKENS_ID = "explore", "explore-tokens"
 """The step panel's view key in the session, and the token view it marks."""
 GALLERY = ASSETS / "traces"
-TOKENS_EVERY_S = 0.25
 CHARTS_EVERY_S = 1.5
 AR_LABEL = "autoregressive (AR baseline)"
 PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one marked span per token: hover a token for its step, '

@@ -137,3 +137,13 @@ def test_ar_baseline_modes_and_session_cache(client):
     frames, before = explore(client, "List three vegetables.", max_new_tokens=6, baseline="before the run")
     assert "AR measured before the run" in before[0]
     assert any("Measuring the AR baseline first" in str(f[0]) for f in frames)
+
+
+def test_generate_endpoint_returns_the_cli_json_and_one_line_errors(client):
+    result = client.predict(PROMPT_A, {"draft": "ngram", "gamma": 2, "max_new_tokens": 6}, api_name="/generate")
+    assert set(result) == {"text", "token_ids", "config", "metrics", "steps", "theory"} and result["config"]["gamma"] == 2
+    for settings, message in [({"gamma": 0}, "--gamma must be between"), ({"colour": 1}, "unknown setting 'colour'"),
+                              ({"max_new_tokens": 1000}, "at most 512"), ({"draft": "nobody/nothing"}, "cannot load model")]:
+        with pytest.raises(Exception, match=message):
+            client.predict(PROMPT_A, settings, api_name="/generate")
+    assert client.predict(PROMPT_A, {"max_new_tokens": 2}, api_name="/generate")["metrics"]["new_tokens"] == 2  # still serving
