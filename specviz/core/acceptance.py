@@ -93,7 +93,7 @@ class ExactRule:
             exact = c.u * qx < px
         extra, scores = self.relaxed(c)
         n = first_false(exact | extra)
-        kept = [ACCEPTED if bool(exact[i]) else self.name for i in range(n)]
+        kept = [ACCEPTED if hit else self.name for hit in exact[:n].tolist()]  # one host read, not one per token
         corrected = None if sampler.greedy or n == gamma else residual(p[n], c.q[n])
         if sampler.greedy:
             nxt = int(best[n])
@@ -117,11 +117,10 @@ class ExactRule:
         k = min(TOP_K, c.p.shape[-1])
         p_top, q_top = c.p[:m].topk(k), q[:m].topk(k)
         u = [None] * m if c.u is None else c.u[:m].tolist()
-        out = []
+        out, hits, ids = [], exact[:m].tolist(), c.ids[:m].tolist()
         for i in range(m):
-            greedy_prob = float(bool(exact[i]))
-            out.append({"token": int(c.ids[i]), "p": px[i], "q": qx[i],
-                        "accept_prob": greedy_prob if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
+            out.append({"token": ids[i], "p": px[i], "q": qx[i],
+                        "accept_prob": float(hits[i]) if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
                         "u": u[i], "accepted": i < n, "reason": kept[i] if i < n else REJECTED,
                         "p_top": _pairs(p_top, i), "q_top": [pair for pair in _pairs(q_top, i) if pair[1] > 0]})
             if scores is not None:
