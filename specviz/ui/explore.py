@@ -298,7 +298,9 @@ def replay_frames(speed: float, session: dict | None) -> Iterator[tuple]:
         time.sleep(max(0.0, event["elapsed_ms"] / 1e3 / speed - (time.perf_counter() - start)))
         t = event["elapsed_ms"] / 1e3
         race = None
-        if time.perf_counter() - last_chart >= 0.5 or k == len(view["steps"]):
+        if k == len(view["steps"]):  # the end: the whole race, the baseline's finish included
+            race = charts.race_figure(series)
+        elif time.perf_counter() - last_chart >= 0.5:
             race, last_chart = charts.race_figure([until_time(s, t) for s in series]), time.perf_counter()
         yield (spans_html(s for s in spans if s.step <= k), race or gr.skip(), *view_update(view, k, TOKENS_ID))
 
