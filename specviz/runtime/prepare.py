@@ -40,12 +40,17 @@ class RunPlan:
 def plan(config: DecodeConfig, prompt: str, bank: ModelBank) -> RunPlan:
     """Validate the settings and encode the prompt with the preset's tokenizer; loads no model weights and computes
     nothing on a device (on ZeroGPU the decode itself runs in another process)."""
+    preset = checked(config, prompt)
+    tokenizer = bank.tokenizer(preset.target)
+    return RunPlan(config, tokenizer, encode_prompt(tokenizer, prompt, config.chat), preset.target_name)
+
+
+def checked(config: DecodeConfig, prompt: str) -> Preset:
+    """The run's preset, once its settings and prompt are valid (a one-line ConfigError / ModelLoadError otherwise)."""
     config.validate()
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
-    preset = resolve_preset(config.preset)
-    tokenizer = bank.tokenizer(preset.target)
-    return RunPlan(config, tokenizer, encode_prompt(tokenizer, prompt, config.chat), preset.target_name)
+    return resolve_preset(config.preset)
 
 
 @dataclass
@@ -120,10 +125,7 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: Loade
 
     The preset names the target and the drafts unless ``target`` (with its ``tokenizer``) and ``drafts``, (name,
     source or loaded model) pairs, are given."""
-    config.validate()
-    if not prompt or not prompt.strip():
-        raise ConfigError("the prompt is empty")
-    preset = resolve_preset(config.preset)
+    preset = checked(config, prompt)
     drafts = run_drafts(config, preset) if drafts is None else drafts
     if target is None:
         tokenizer, target = bank.tokenizer(preset.target), bank.target(preset, config.dtype)
