@@ -42,6 +42,11 @@ class LoadedModel:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
 
 
+def device_sync(device: torch.device):
+    """What waits for the device's queued work before a forward is timed (nothing on a CPU)."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
 @dataclass(frozen=True)
 class Forward:
     """One cached forward: ``logits`` (keep, vocab) of the last ``keep`` fed positions; ``prenorm`` their
@@ -102,7 +107,7 @@ class CachedModel:
         self.ids: list[int] = []
         self.forwards = 0
         self.forward_s = 0.0
-        self._sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+        self._sync = device_sync(lm.device)
 
     def _common_prefix(self, tokens: list[int]) -> int:
         n = min(len(self.ids), len(tokens))

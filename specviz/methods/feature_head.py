@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specviz.core.cache import CachedModel, Forward
+from specviz.core.cache import CachedModel, Forward, device_sync
 from specviz.core.drafters import Draft, Drafter, StopRule, level_record
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import DRAFTERS
@@ -152,6 +152,7 @@ class FeatureDrafter(Drafter):
         self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
         self.vocab_ids = torch.tensor(ids, device=self.embed.device)
+        self.sync = device_sync(self.embed.device)
         int8 = int8_kernels(self.dtype, self.embed.device)
         self.fc = built_once(head, ("fc", self.dtype, self.embed.device), lambda: int8_linear(head.fc.weight)) if int8 else head.fc
         self.score = vocab_head(lm, ids, self.dtype, int8)
@@ -178,6 +179,7 @@ class FeatureDrafter(Drafter):
         embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
         x = self.fc(torch.cat([embeds, states], -1).to(self.dtype))
         out = self.stack.run(x[None], start)[0, -1:]
+        self.sync()  # timed like every other model's forward
         self.timer.forwards += 1
         self.timer.forward_s += time.perf_counter() - t0
         return out
