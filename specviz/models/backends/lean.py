@@ -129,13 +129,15 @@ class LeanStack:
         angles = torch.arange(start, end, device=self.device, dtype=torch.float32)[:, None] * self.inv_freq
         angles = torch.cat([angles, angles], -1)
         cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
-        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
+        # the fused (flash) kernels take is_causal, not a mask: a prefill (start 0) needs none, a one-token step none at all
+        causal = t > 1 and start == 0
+        mask = None if t == 1 or causal else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
         for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
             q, k, v = qkv(rms_norm(x, ln1, self.eps))
             q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
             self.k[i, :, :, start:end] = rotate(k.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
             self.v[i, :, :, start:end] = v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
-            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :end], self.v[i, :, :, :end], attn_mask=mask,
+            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :end], self.v[i, :, :, :end], attn_mask=mask, is_causal=causal,
                                                enable_gqa=self.kv_heads != self.heads)
             x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
             g, u = gate_up(rms_norm(x, ln2, self.eps))
