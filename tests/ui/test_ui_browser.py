@@ -172,10 +172,16 @@ def shows_record(text: str, v: dict) -> bool:
 def test_teaching_mode_microscope_trace_and_offline_html(page):
     page.get_by_role("tab", name="Explore").click()
     page.locator("#explore-prompt textarea").fill("Write a short story about a robot who learns to paint.")
-    if not page.locator("#explore-temperature input[type=number]").is_visible():
+    temperature = page.locator("#explore-temperature input[type=number]")
+    if not temperature.is_visible():
         page.get_by_text("Sampling (temperature").click()
-    set_number(page, "explore-temperature", 0.8)
-    assert page.locator("#explore-temperature input[type=number]").input_value() == "0.8"
+        temperature.wait_for(state="visible")
+    for _ in range(5):  # an accordion that has just opened may render its sliders again: set until the value holds
+        set_number(page, "explore-temperature", 0.8)
+        page.wait_for_timeout(300)
+        if temperature.input_value() == "0.8":
+            break
+    assert temperature.input_value() == "0.8"
     set_number(page, "explore-seed", 3)
     set_number(page, "explore-max-tokens", 40)
     before = file_href(page, "explore-trace-file"), file_href(page, "explore-html-file")
