@@ -32,9 +32,10 @@ import transformers
 from specviz.bench.harness import hf_assisted_generate, markdown, rotations
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
-from specviz.core.engine import Clock, StepEvent, decode
+from specviz.core.engine import StepEvent, decode
 from specviz.core.metrics import summarize
 from specviz.core.policy import LengthPolicy
+from specviz.core.timing import Stopwatch
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head
 from specviz.models.backends import cached_model
 from specviz.models.loading import load_model, pick_device
@@ -88,10 +89,10 @@ class Pair:
     def generate(self, prompt: list[int], n: int) -> tuple[list[int], float]:
         """transformers' greedy ``generate`` on the target: the reference ids and the wall seconds."""
         ids = torch.tensor([prompt], device=self.target.device)
-        clock = Clock(ids.device)
-        start = clock()
+        watch = Stopwatch(ids.device)
+        start = watch.mark()
         out = self.target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n)
-        return out[0, len(prompt):].tolist(), clock() - start
+        return out[0, len(prompt):].tolist(), watch.seconds(start, watch.mark())
 
 
 def early_layers(target: LoadedModel, layers: int) -> LoadedModel:

@@ -50,6 +50,20 @@ def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transform
     assert cached_model(lm).forward(list(range(12)), 2).prenorm is None
 
 
+@pytest.mark.parametrize("cached", [CachedModel, cached_model])
+def test_tapped_layer_outputs_are_the_layers_and_leave_the_logits_alone(cached):
+    lm = tiny_llama(vocab=96, hidden=64, layers=3, seed=6, init_std=0.2, heads=4, kv_heads=2)
+    plain, tapped = cached(lm), cached(lm, prenorm=True, taps=(0, 2))
+    tokens = list(range(5, 30))
+    with torch.inference_mode():
+        hidden = lm.model.model(input_ids=torch.tensor([tokens]), output_hidden_states=True).hidden_states
+    for n in (12, 20, 18, 25):  # a prefill, a step forward, a rollback and another step
+        a, b = plain.forward(tokens[:n], 3), tapped.forward(tokens[:n], 3)
+        assert torch.equal(a.logits, b.logits) and a.layers is None and set(b.layers) == {0, 2}
+        torch.testing.assert_close(b.layers[0], hidden[1][0, b.start:n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(b.prenorm, b.layers[2][-3:], atol=0, rtol=0)
+
+
 def test_runs_on_one_model_share_its_prepared_layers(tiny_draft):
     a, b = cached_model(tiny_draft), cached_model(tiny_draft)
     assert a.storage.stack.layers is b.storage.stack.layers  # fused weights are concatenated once per model, not once per request

@@ -53,7 +53,7 @@ def test_prompt_features_without_a_model():
 
 def test_prompt_features_of_a_feature_head_leave_perplexity_out():
     head = Drafter()
-    head.models = [ForwardTimer("head")]  # what a FeatureDrafter counts its forwards with: not a CachedModel
+    head.models = [ForwardTimer("head", torch.device("cpu"))]  # what a FeatureDrafter counts its forwards with: not a CachedModel
     assert prompt_features([3, 4, 3, 4, 9], head) == pytest.approx([1.0, math.log(5), 0.0, 0.5])
 
 

@@ -18,10 +18,10 @@ import torch
 from specviz.analysis.quality import is_correct, quality_table, speed_quality_svg, target_logprob
 from specviz.analysis.suites import load_suite
 from specviz.analysis.theory import insertion_helps, run_theory
-from specviz.core.engine import Clock
 from specviz.core.metrics import summarize
 from specviz.core.policy import LengthPolicy
 from specviz.core.registry import GAMMA_POLICIES
+from specviz.core.timing import Stopwatch
 from specviz.models.backends.cpu import is_packed
 from specviz.models.loading import describe_hardware
 from specviz.runtime.bank import ModelBank
@@ -121,10 +121,21 @@ def judge_configs(max_new_tokens: int, draft: str = "draft-s", gamma: int = 4) -
     return [BenchConfig(label, config, quality=True) for label, config in rows]
 
 
+def head_configs(max_new_tokens: int, new: str = "head", old: str = "head-v1", gammas: tuple[int, ...] = (1, 2, 3, 4)) -> list[BenchConfig]:
+    """AR, then two feature heads at each fixed γ: ``extra["peer"]`` pairs each row of the new head with the old
+    head's row at the same γ."""
+    def sd(draft: str, gamma: int) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens)
+
+    return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+            *[BenchConfig(f"{old} γ={g}", sd(old, g)) for g in gammas],
+            *[BenchConfig(f"{new} γ={g}", sd(new, g), extra={"peer": f"{old} γ={g}"}) for g in gammas]]
+
+
 CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs,
                                                               "chains": chain_configs, "judge": judge_configs,
                                                               "judge-head": partial(judge_configs, draft="head"),
-                                                              "selection": selection_configs}
+                                                              "selection": selection_configs, "heads": head_configs}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
@@ -146,12 +157,11 @@ def hf_assisted_generate(target: torch.nn.Module, draft: torch.nn.Module, prompt
     gc = draft.generation_config
     gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
     ids = torch.tensor([prompt_ids], device=target.device)
-    clock = Clock(target.device)
-    start = clock()
+    watch = Stopwatch(target.device)
+    start = watch.mark()
     out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
                           max_new_tokens=max_new_tokens, eos_token_id=stop_ids or None, pad_token_id=(stop_ids or [0])[0])
-    wall = clock() - start
-    return out[0, ids.shape[1]:].tolist(), wall
+    return out[0, ids.shape[1]:].tolist(), watch.seconds(start, watch.mark())
 
 
 def run_hf_assisted(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
@@ -317,18 +327,20 @@ def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:
 
 
 def peer_table(rows: list[dict], configs: list[BenchConfig]) -> list[dict]:
-    """Each engine row against transformers' assisted generation with the same target, draft, γ and dtype:
-    the per-prompt tok/s ratio (median, min, max)."""
+    """Each engine row against its peer: transformers' assisted generation with the same target, draft, γ and dtype,
+    or the row its ``extra["peer"]`` names; the per-prompt tok/s ratio (median, min, max)."""
     def pair(c: BenchConfig) -> tuple:
         return c.decode.draft, c.decode.gamma, c.decode.gamma_policy, c.decode.dtype
 
+    pairs = [(cfg.label, peer.label) for peer in configs if peer.hf_assisted
+             for cfg in configs if not cfg.hf_assisted and cfg.decode.method == "sd" and pair(cfg) == pair(peer)]
+    pairs += [(cfg.label, cfg.extra["peer"]) for cfg in configs if "peer" in cfg.extra]
     tps = {(r["config"], r["prompt_id"]): r["tokens_per_s"] for r in rows}
     out = []
-    for peer in (c for c in configs if c.hf_assisted):
-        for cfg in (c for c in configs if not c.hf_assisted and c.decode.method == "sd" and pair(c) == pair(peer)):
-            ratios = [v / tps[(peer.label, pid)] for (label, pid), v in tps.items() if label == cfg.label]
-            out.append({"engine row": cfg.label, "peer": peer.label, "engine / peer (median)": statistics.median(ratios),
-                        "min": min(ratios), "max": max(ratios), "prompts": len(ratios)})
+    for row, peer in pairs:
+        ratios = [v / tps[(peer, pid)] for (label, pid), v in tps.items() if label == row]
+        out.append({"engine row": row, "peer": peer, "engine / peer (median)": statistics.median(ratios),
+                    "min": min(ratios), "max": max(ratios), "prompts": len(ratios)})
     return out
 
 
@@ -356,9 +368,9 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
              "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
              "## Overall", "", markdown(summary_table(rows, labels)), ""]
     if peers := peer_table(rows, configs):
-        parts += ["## Engine against transformers' assisted generation", "",
-                  "Per-prompt tok/s ratio of each engine row to `generate(assistant_model=...)` on the same target, "
-                  "draft and γ.", "", markdown(peers), ""]
+        parts += ["## Rows against their peers", "",
+                  "Per-prompt tok/s ratio of each row to its peer: `generate(assistant_model=...)` on the same target, "
+                  "draft and γ, or the row named.", "", markdown(peers), ""]
     if all(c.quality for c in configs):
         table = quality_table(rows, labels)
         out.with_suffix(".svg").write_text(speed_quality_svg(table))

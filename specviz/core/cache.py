@@ -9,14 +9,14 @@ so drafters and verifiers pass the full token list and need no bookkeeping. Each
 
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from specviz.core.hidden import capture_prenorm, final_norm
+from specviz.core.hidden import capture_layers, last_layer
+from specviz.core.timing import ForwardTimes, Timed
 
 
 @dataclass
@@ -42,29 +42,25 @@ class LoadedModel:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
 
 
-def device_sync(device: torch.device):
-    """What waits for the device's queued work before a forward is timed (nothing on a CPU)."""
-    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-
 @dataclass(frozen=True)
 class Forward:
     """One cached forward: ``logits`` (keep, vocab) of the last ``keep`` fed positions; ``prenorm`` their
-    pre-final-norm states (keep, hidden) and ``features`` the final-normed states of every fed position
-    (fed, hidden), the first at position ``start``, each when the model was built to return them."""
+    pre-final-norm states (keep, hidden) and ``layers`` the outputs of the tapped decoder layers (layer index →
+    (fed, hidden)) at every fed position, the first at position ``start``, each when the model was built to
+    return them."""
 
     logits: torch.Tensor
     start: int
     prenorm: torch.Tensor | None = None
-    features: torch.Tensor | None = None
+    layers: dict[int, torch.Tensor] | None = None
 
 
 class Storage(Protocol):
     """Where a cached model keeps its keys and values."""
 
-    def run(self, ids: list[int], start: int, keep: int, states: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed ``ids`` at positions ``start``..; logits of the last ``keep`` and, if ``states``, the pre-norm
-        states of every fed position. Whatever was cached from ``start`` on is replaced."""
+    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Feed ``ids`` at positions ``start``..; logits of the last ``keep`` and the outputs of the decoder layers
+        in ``taps`` at every fed position. Whatever was cached from ``start`` on is replaced."""
         ...
 
     def truncate(self, length: int) -> None:
@@ -81,11 +77,11 @@ class DynamicStorage:
         self.model = lm.model
         self.cache = DynamicCache(config=lm.model.config)
 
-    def run(self, ids: list[int], start: int, keep: int, states: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         x = torch.tensor([ids], device=self.model.device)
-        with capture_prenorm(self.model) if states else nullcontext() as slot:
+        with capture_layers(self.model, taps) if taps else nullcontext({}) as outputs:
             out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
-        return out.logits[0, -keep:], slot["states"][0] if states else None
+        return out.logits[0, -keep:], {i: h[0] for i, h in outputs.items()}
 
     def truncate(self, length: int) -> None:
         cached = self.cache.get_seq_length()
@@ -93,21 +89,20 @@ class DynamicStorage:
             self.cache.crop(length - cached)
 
 
-class CachedModel:
-    """A loaded model, its storage and the token ids the storage holds. Built with ``prenorm`` or ``features``,
-    every :class:`Forward` it returns carries those states too (judge decoding reads the first, a feature head
-    the second)."""
+class CachedModel(Timed):
+    """A loaded model, its storage and the token ids the storage holds. Built with ``prenorm`` or ``taps`` (decoder
+    layer indices), every :class:`Forward` it returns carries those states too (judge decoding reads the first, a
+    feature head the second)."""
 
     def __init__(self, lm: LoadedModel, vocab_size: int | None = None, storage: Storage | None = None,
-                 prenorm: bool = False, features: bool = False):
+                 prenorm: bool = False, taps: tuple[int, ...] = ()):
         self.lm, self.name = lm, lm.name
         self.vocab_size = vocab_size or lm.vocab_size
         self.storage = storage or DynamicStorage(lm)
-        self.prenorm, self.features = prenorm, features
+        self.prenorm, self.taps = prenorm, tuple(sorted(set(taps)))
+        self._reads = tuple(sorted(set(self.taps) | ({last_layer(lm.model)} if prenorm else set())))
         self.ids: list[int] = []
-        self.forwards = 0
-        self.forward_s = 0.0
-        self._sync = device_sync(lm.device)
+        self.times = ForwardTimes(lm.device)
 
     def _common_prefix(self, tokens: list[int]) -> int:
         n = min(len(self.ids), len(tokens))
@@ -123,14 +118,12 @@ class CachedModel:
             self.storage.truncate(n)
             del self.ids[n:]
         new = tokens[n:]
-        start = time.perf_counter()
-        logits, states = self.storage.run(new, n, keep, self.prenorm or self.features)
-        result = Forward(logits[:, : self.vocab_size], n, states[-keep:] if self.prenorm else None,
-                         final_norm(self.lm.model)(states) if self.features else None)
-        self._sync()
-        self.forward_s += time.perf_counter() - start
+        start = self.times.start()
+        logits, outputs = self.storage.run(new, n, keep, self._reads)
+        result = Forward(logits[:, : self.vocab_size], n, outputs[last_layer(self.lm.model)][-keep:] if self.prenorm else None,
+                         {i: outputs[i] for i in self.taps} if self.taps else None)
+        self.times.stop(start)
         self.ids.extend(new)
-        self.forwards += 1
         return result
 
     def prefill(self, tokens: list[int]) -> Forward | None:

@@ -51,7 +51,8 @@ class Drafter:
 
     A drafter kind registers in :data:`~specviz.core.registry.DRAFTERS`; the run builds it with ``from_source(name,
     source, context)`` (context: ``specviz.runtime.prepare.DraftContext``) for a source it ``claims``. A kind that
-    ``loads_model`` gets its model loaded first; one that ``reads_features`` makes the target return its states."""
+    ``loads_model`` gets its model loaded first; one that ``reads_features`` makes the target return the outputs of
+    the decoder layers its ``reads_layers`` names."""
 
     name = "drafter"
     models: list[CachedModel] = []
@@ -62,6 +63,12 @@ class Drafter:
     def claims(cls, source: object) -> bool:
         """Whether a draft source (a name, path or hub id; or a loaded model) is of this kind."""
         return False
+
+    @classmethod
+    def reads_layers(cls, source: object, n_layers: int) -> tuple[int, ...]:
+        """The target's decoder layers whose outputs this kind reads from every target forward (for a target of
+        ``n_layers``)."""
+        return ()
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
         raise NotImplementedError
@@ -101,7 +108,7 @@ class ModelDrafter(Drafter):
         return cls(context.draft_model(name))
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        seq, qs, start, forwards = list(tokens), [], time.perf_counter(), self.model.forwards
+        seq, qs, start, forwards = list(tokens), [], self.model.times.start(), self.model.forwards
         for _ in range(gamma):
             logits = self.model.forward(seq, keep=1).logits[0]
             q = sampler.probs(logits)
@@ -109,7 +116,8 @@ class ModelDrafter(Drafter):
                 break
             seq.append(int(sampler.pick(logits, q)))
             qs.append(q)
-        work = level_record(self.name, "draft", self.model.forwards - forwards, 1e3 * (time.perf_counter() - start))
+        ms = 1e3 * self.model.times.watch.seconds(start, self.model.times.watch.mark())
+        work = level_record(self.name, "draft", self.model.forwards - forwards, ms)
         return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, {"levels": [work]})
 
     def prefill(self, tokens: list[int]) -> None:

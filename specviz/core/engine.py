@@ -7,7 +7,6 @@ holds every committed token but the last; a step feeds ``[last] + drafts`` and g
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -18,6 +17,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import Draft, Drafter
 from specviz.core.policy import FirstDraft, LengthPolicy
 from specviz.core.sampling import Sampler
+from specviz.core.timing import Stopwatch
 
 
 @dataclass
@@ -49,18 +49,6 @@ class StepEvent:
         return asdict(self)
 
 
-class Clock:
-    """Wall-clock time that waits for queued GPU work first, so phases are timed honestly."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def __call__(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-
 def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence[Drafter] = (),
            rule: ExactRule | None = None, policy: LengthPolicy | None = None, selector: FirstDraft | None = None,
            sampler: Sampler | None = None, max_new_tokens: int = 64, stop_ids: Sequence[int] = ()) -> Iterator[StepEvent]:
@@ -69,9 +57,9 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
     if rule.needs_states and not target.prenorm:
         raise ValueError(f"the {rule.name} rule reads the target's pre-norm states: build the target with prenorm=True")
     selector, sampler = selector or FirstDraft(), sampler or Sampler()
-    clock = Clock(target.lm.device)
+    watch = Stopwatch(target.lm.device)
     models = [target] + [m for d in drafters for m in d.models]
-    start = clock()
+    start = watch.mark()
     tokens = list(prompt_ids)
     prefilled = target.prefill(tokens)
     for d in drafters:
@@ -81,15 +69,15 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
     generated, step = 0, 0
     while generated < max_new_tokens:
         step += 1
-        t0, fwd0 = clock(), _forward_seconds(models)
+        t0, fwd0 = watch.mark(), _forward_seconds(models)
         drafter = selector.choose(list(drafters), tokens) if drafters else None  # None: a plain target step
         gamma = max(0, min(policy.choose(drafter, tokens), max_new_tokens - generated - 1)) if drafter else 0
         why = {**(policy.explain() or {}), **(selector.explain() or {})} if drafter else selector.explain() if drafters else None
         name = drafter.name if drafter else "target"
         draft = drafter.propose(tokens, gamma, sampler, policy.stop_rule) if gamma > 0 else Draft([], None, name)
-        t1 = clock()
+        t1 = watch.mark()
         verified = target.forward(tokens + draft.ids, keep=len(draft.ids) + 1)
-        t2 = clock()
+        t2 = watch.mark()
         for d in drafters:
             d.observe(verified)
         logits = verified.logits
@@ -103,13 +91,14 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         tokens += emitted
         generated += len(emitted)
         drafted_p = probs_at(p, draft.ids)
-        t3 = clock()
+        t3 = watch.mark()  # the accept decision and probs_at read the device: the step's marks are done, no wait below
+        (draft_s, verify_s, overhead_s), total_s = (watch.seconds(a, b) for a, b in ((t0, t1), (t1, t2), (t2, t3))), watch.seconds(t0, t3)
         event = StepEvent(
             step=step, drafter=draft.drafter, gamma=gamma, draft_ids=draft.ids, draft_q=draft.q_of_ids(),
             draft_p=drafted_p, accepted=verdict.accepted, emitted_ids=emitted, emitted_p=emitted_p,
             accept_reasons=verdict.reasons, judge_scores=verdict.judge_scores,
-            draft_ms=1e3 * (t1 - t0), verify_ms=1e3 * (t2 - t1), overhead_ms=1e3 * (t3 - t2), total_ms=1e3 * (t3 - t0),
-            forward_ms=1e3 * (_forward_seconds(models) - fwd0), elapsed_ms=1e3 * (t3 - start), policy=why,
+            draft_ms=1e3 * draft_s, verify_ms=1e3 * verify_s, overhead_ms=1e3 * overhead_s, total_ms=1e3 * total_s,
+            forward_ms=1e3 * (_forward_seconds(models) - fwd0), elapsed_ms=1e3 * watch.seconds(start, t3), policy=why,
             extra=draft.extra, verify=verdict.records,
         )
         policy.observe(event)

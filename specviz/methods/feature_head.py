@@ -1,31 +1,34 @@
 """A feature-level draft head, as in EAGLE: one decoder layer that drafts from the target's own hidden states.
 
 An independent small draft must rebuild the target's view of the text from tokens alone; this head starts from
-the target's last hidden state. At position i it reads ``fc([embed(x[i+1]), f[i]])``, where ``f[i]`` is the
-target's final-normed state at i (the one its LM head turns into the distribution of x[i+1]) and ``embed`` is
-the target's own embedding, runs one Llama decoder layer over the positions so far, and outputs its estimate
-of ``f[i+1]``. The target's LM head (tied embedding, restricted to the draft vocabulary) turns that into the
-next draft token; further drafts feed the head its own estimates. The head's weights are a few million
-parameters; the embedding and LM head are the target's and are not stored again.
+the target's hidden states. At position i it reads ``fc([embed(x[i+1]), s[i]])``, where ``embed`` is the target's
+own embedding and ``s[i]`` the target's state at i: the final-normed output of its last layer (the one its LM head
+turns into the distribution of x[i+1]) or, for a head that taps several depths as in EAGLE-3, ``fuse`` of the
+outputs of an early, a middle and the last layer (each RMS-normalised, the last with the target's final norm). It
+runs one Llama decoder layer over the positions so far and outputs the state from which the target's LM head
+(restricted to the draft vocabulary) picks the next draft token; further drafts read the head's own output in
+place of ``s``. The head's weights are a few million parameters; the embedding and LM head are the target's and
+are not stored again.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specviz.core.cache import CachedModel, Forward, device_sync
+from specviz.core.cache import CachedModel, Forward
 from specviz.core.drafters import Draft, Drafter, StopRule, level_record
 from specviz.core.errors import ModelLoadError, first_line
+from specviz.core.hidden import final_norm
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
+from specviz.core.timing import ForwardTimes, Timed
 from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
-from specviz.models.backends.lean import LeanStack, built_once, lean_layers, vocab_head
+from specviz.models.backends.lean import LeanStack, built_once, lean_layers, rms_norm, vocab_head
 from specviz.models.loading import DRAFT_VOCAB_FILE, read_draft_vocab
 
 HEAD_KIND = "feature-head"
@@ -41,22 +44,39 @@ def head_config(target_config) -> object:
     return config
 
 
-class FeatureHead(torch.nn.Module):
-    """``fc`` (2·hidden → hidden) and one Llama decoder layer; the training forward runs whole sequences."""
+def tap_states(outputs: dict[int, torch.Tensor], taps: tuple[int, ...], target: torch.nn.Module) -> torch.Tensor:
+    """The target's layer outputs a head reads, concatenated (…, len(taps)·hidden): the last layer's through the
+    target's final norm, the others RMS-normalised (their scales differ by orders of magnitude)."""
+    norm, last = final_norm(target), target.config.num_hidden_layers - 1
+    ones = torch.ones(norm.weight.shape, dtype=norm.weight.dtype, device=norm.weight.device)
+    return torch.cat([norm(outputs[i]) if i == last else rms_norm(outputs[i], ones, norm.variance_epsilon) for i in taps], -1)
 
-    def __init__(self, target_config):
+
+class FeatureHead(torch.nn.Module):
+    """``fuse`` (len(taps)·hidden → hidden, when it taps more than the last layer), ``fc`` (2·hidden → hidden) and one
+    Llama decoder layer; the forward runs whole sequences over given states."""
+
+    def __init__(self, target_config, taps: tuple[int, ...] | None = None):
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
         super().__init__()
         self.config = head_config(target_config)
-        width = self.config.hidden_size
+        width, n_layers = self.config.hidden_size, target_config.num_hidden_layers
+        self.taps = tuple(taps) if taps else (n_layers - 1,)
+        if sorted(set(self.taps)) != list(self.taps) or not all(0 <= i < n_layers for i in self.taps):
+            raise ValueError(f"taps must be increasing layer indices of the target's {n_layers} layers, not {self.taps}")
+        self.fuse = torch.nn.Linear(len(self.taps) * width, width, bias=False) if len(self.taps) > 1 else None
         self.fc = torch.nn.Linear(2 * width, width, bias=False)
         self.layer = LlamaDecoderLayer(self.config, layer_idx=0)
         self.rotary = LlamaRotaryEmbedding(self.config)
 
-    def forward(self, features: torch.Tensor, next_embeds: torch.Tensor) -> torch.Tensor:
-        """Estimates of f[i+1] (batch, t, hidden) from f[i] and embed(x[i+1]) at positions 0..t-1 (causal)."""
-        x = self.fc(torch.cat([next_embeds, features], -1))
+    def state(self, tapped: torch.Tensor) -> torch.Tensor:
+        """The state s[i] the head reads from :func:`tap_states`' output."""
+        return tapped if self.fuse is None else self.fuse(tapped)
+
+    def forward(self, states: torch.Tensor, next_embeds: torch.Tensor) -> torch.Tensor:
+        """Outputs (batch, t, hidden) from s[i] and embed(x[i+1]) at positions 0..t-1 (causal)."""
+        x = self.fc(torch.cat([next_embeds, states], -1))
         positions = torch.arange(x.shape[1], device=x.device)[None].expand(x.shape[0], -1)
         return self.layer(x, position_embeddings=self.rotary(x, positions))
 
@@ -83,13 +103,19 @@ def dequantize(stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def save_head(head: FeatureHead, out: Path, target_name: str, report: dict, draft_vocab: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     save_file(quantize({k: v for k, v in head.state_dict().items() if not k.startswith("rotary.")}), str(out / WEIGHTS_FILE))
-    (out / CONFIG_FILE).write_text(json.dumps({"kind": HEAD_KIND, "target": target_name, "training": report}, indent=1))
+    config = {"kind": HEAD_KIND, "target": target_name, "taps": list(head.taps), "training": report}
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=1))
     (out / DRAFT_VOCAB_FILE).write_text(json.dumps(draft_vocab))
 
 
 def is_feature_head(path: Path) -> bool:
     file = Path(path) / CONFIG_FILE
     return file.is_file() and json.loads(file.read_text()).get("kind") == HEAD_KIND
+
+
+def head_taps(path: Path, n_layers: int) -> tuple[int, ...]:
+    """The target layers the head in ``path`` reads (heads saved without ``taps`` read the last)."""
+    return tuple(json.loads((Path(path) / CONFIG_FILE).read_text()).get("taps") or (n_layers - 1,))
 
 
 def head_dtype(target_model: torch.nn.Module) -> torch.dtype:
@@ -105,7 +131,10 @@ def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | No
     """The head in ``path`` for ``target_model`` (on its device, in ``dtype`` or :func:`head_dtype`), and its
     draft vocabulary."""
     path = Path(path)
-    head = FeatureHead(target_model.config)
+    try:
+        head = FeatureHead(target_model.config, head_taps(path, target_model.config.num_hidden_layers))
+    except ValueError as exc:
+        raise ModelLoadError(f"feature head '{path}' does not fit this target: {exc}") from None
     try:
         missing, unexpected = head.load_state_dict(dequantize(load_file(str(path / WEIGHTS_FILE))), strict=False)
     except Exception as exc:  # a missing file, bad safetensors header or a shape mismatch: one line either way
@@ -115,17 +144,17 @@ def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | No
     return head.eval().to(device=target_model.device, dtype=dtype or head_dtype(target_model)), read_draft_vocab(path)
 
 
-class ForwardTimer:
+class ForwardTimer(Timed):
     """Forward count and seconds of a drafter that is not a CachedModel (the engine sums ``forward_s``)."""
 
-    def __init__(self, name: str):
-        self.name, self.forwards, self.forward_s = name, 0, 0.0
+    def __init__(self, name: str, device: torch.device):
+        self.name, self.times = name, ForwardTimes(device)
 
 
 @DRAFTERS.register("An EAGLE-style head drafting from the target's own hidden states.", ("full_draft_vocab",), name=HEAD_KIND)
 class FeatureDrafter(Drafter):
-    """Drafts with a :class:`FeatureHead` over the target's final-normed states: the target is built with
-    ``features=True``, and :meth:`observe` keeps the states of every position each target forward returns.
+    """Drafts with a :class:`FeatureHead` over the target's states: the target is built with the head's ``taps``,
+    and :meth:`observe` keeps the state of every position each target forward returns.
 
     The head's KV cache holds positions fed with the target's true states; positions fed with the head's own
     estimates (drafts 2..γ) are overwritten at the next proposal, so rejected drafts need no bookkeeping."""
@@ -137,33 +166,38 @@ class FeatureDrafter(Drafter):
         return isinstance(source, str | Path) and is_feature_head(Path(source))
 
     @classmethod
+    def reads_layers(cls, source: object, n_layers: int) -> tuple[int, ...]:
+        return head_taps(Path(source), n_layers)
+
+    @classmethod
     def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
         head, draft_vocab = context.head(str(source))
         return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name)
 
     def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head"):
-        self.name, self.target, self.timer = name, target, ForwardTimer(name)
+        self.name, self.target, self.timer, self.head = name, target, ForwardTimer(name, target.lm.device), head
         self.models = [self.timer]
-        if not target.features:
-            raise ValueError("the feature drafter reads the target's states: build the target with features=True")
+        if not set(head.taps) <= set(target.taps):
+            raise ValueError(f"the feature drafter reads the target's states: build the target with taps={head.taps}")
         if target.ids:
             raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
         lm = target.lm.model
         self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
         self.vocab_ids = torch.tensor(ids, device=self.embed.device)
-        self.sync = device_sync(self.embed.device)
         int8 = int8_kernels(self.dtype, self.embed.device)
         self.fc = built_once(head, ("fc", self.dtype, self.embed.device), lambda: int8_linear(head.fc.weight)) if int8 else head.fc
+        self.fuse = head.state if head.fuse is None or not int8 else \
+            built_once(head, ("fuse", self.dtype, self.embed.device), lambda: int8_linear(head.fuse.weight))
         self.score = vocab_head(lm, ids, self.dtype, int8)
         self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
         self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
-        self.features: torch.Tensor | None = None  # f[i] at row i, for the positions 0..self.known - 1
+        self.features: torch.Tensor | None = None  # s[i] at row i, for the positions 0..self.known - 1
         self.known = 0
 
     def observe(self, target: Forward) -> None:
         """Keep the target's states of the positions it fed (it rolled back to ``target.start`` first)."""
-        f = target.features
+        f = self.fuse(tap_states(target.layers, self.head.taps, self.target.lm.model).to(self.dtype))
         end, have = target.start + f.shape[0], 0 if self.features is None else self.features.shape[0]
         if end > have:
             grown = f.new_zeros((max(end, 2 * have, 256), f.shape[1]))
@@ -175,13 +209,11 @@ class FeatureDrafter(Drafter):
 
     def _run(self, states: torch.Tensor, next_ids: list[int], start: int) -> torch.Tensor:
         """The head's estimate of the state after the last of ``next_ids`` (1, hidden)."""
-        t0 = time.perf_counter()
+        t0 = self.timer.times.start()
         embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
-        x = self.fc(torch.cat([embeds, states], -1).to(self.dtype))
-        out = self.stack.run(x[None], start)[0, -1:]
-        self.sync()  # timed like every other model's forward
-        self.timer.forwards += 1
-        self.timer.forward_s += time.perf_counter() - t0
+        x = self.fc(torch.cat([embeds.to(self.dtype), states], -1))
+        out = self.stack.run(x[None], start)[0][0, -1:]
+        self.timer.times.stop(t0)  # timed like every other model's forward
         return out
 
     def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
@@ -197,7 +229,8 @@ class FeatureDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        start, n = time.perf_counter(), len(tokens) - 1
+        watch = self.timer.times.watch
+        start, n = watch.mark(), len(tokens) - 1
         forwards, ids, qs = self.timer.forwards, [], []
         state = self._catch_up(tokens, n) if gamma > 0 else None
         while state is not None and len(ids) < gamma:
@@ -210,7 +243,7 @@ class FeatureDrafter(Drafter):
             qs.append(q)
             if len(ids) < gamma:
                 state = self._run(state, ids[-1:], n + len(ids) - 1)
-        work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * (time.perf_counter() - start))
+        work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
         return Draft(ids, torch.stack(qs) if qs else None, self.name, {"levels": [work]})
 
     @torch.inference_mode()

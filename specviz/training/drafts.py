@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import random
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -94,57 +95,106 @@ class TopKRecorder:
         return scores
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def near_evaluation(text: str, held_out: list[frozenset[str]], overlap: float = 0.5) -> bool:
+    """Whether ``text`` shares at least ``overlap`` of its words (Jaccard) with an evaluation prompt: an
+    instruction the target wrote itself must not paraphrase a prompt the benchmarks score."""
+    words = _words(text)
+    return any(len(words & h) >= overlap * len(words | h) for h in held_out)
+
+
+def clean_instruction(text: str) -> str | None:
+    """The first line of what the target wrote when asked for an instruction, without quotes or a label; None
+    if it is too short or too long to be one."""
+    line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"^(\d+[.)]|question:|instruction:|prompt:|problem:|request:)\s*", "", line.strip(), flags=re.I).strip(' "*')
+    return line if 15 <= len(line) <= 240 else None
+
+
 def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, seed: int,
-                  dtype: torch.dtype = torch.float32) -> None:
-    """Greedy answers of the target to ``n_prompts`` instructions, saved in shards as they finish. A bf16
+                  dtype: torch.dtype = torch.float32, self_instruct: float = 0.0, multi_turn: float = 0.0) -> None:
+    """Greedy answers of the target to ``n_prompts`` conversations, saved in shards as they finish. A bf16
     target answers faster in large batches on CPUs with native bf16 matmuls; its answers are the target's
-    greedy text up to rounding, which is all the feature head needs (it learns from fp32 states recomputed on them)."""
+    greedy text up to rounding, which is all the feature head needs (it learns from fp32 states recomputed on them).
+
+    A share ``self_instruct`` of each shard asks instructions the target wrote itself (sampled, seeded, from the
+    recipe's ``self_instruct_templates``; dropped when near an evaluation prompt) and a share ``multi_turn``
+    continues an earlier answer of this run with one of the recipe's ``follow_ups``."""
     from transformers import LogitsProcessorList
 
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(GGUF_SOURCE)
     target = load_model(GGUF_SOURCE, dtype=dtype).model
+    recipe = json.loads(RECIPE.read_text())
+    held_out = [_words(t) for t in evaluation_texts()]
     passages: list[str] = []
+    exchanges: list[list[dict]] = []  # earlier (instruction, answer) pairs of this run, for follow-ups
     done = len(list(out.glob("shard-*.npz")))
     asked = {prompt_key(p) for p, *_ in load_data(out)}
 
-    def chat(instruction: str) -> str:
-        return tok.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True)
+    def chat(messages: list[dict]) -> str:
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def fresh(instruction: str) -> bool:  # templates repeat: an instruction already answered teaches nothing new
-        key = prompt_key(tok(chat(instruction)).input_ids)
+    def fresh(messages: list[dict] | str) -> bool:  # templates repeat: an instruction already answered teaches nothing new
+        messages = [{"role": "user", "content": messages}] if isinstance(messages, str) else messages
+        key = prompt_key(tok(chat(messages)).input_ids)
         if key in asked:
             return False
         asked.add(key)
         return True
 
+    def answer(messages: list[list[dict]], new_tokens: int, topk: int = 0, sample: bool = False):
+        enc = tok([chat(m) for m in messages], return_tensors="pt", padding=True, padding_side="left")
+        rec = TopKRecorder(max(topk, 1))
+        with torch.inference_mode():
+            seqs = target.generate(**enc, do_sample=sample, temperature=0.9 if sample else None, top_p=0.95 if sample else None,
+                                   top_k=None, max_new_tokens=new_tokens, logits_processor=LogitsProcessorList([rec]),
+                                   pad_token_id=tok.pad_token_id)
+        gen, rows = seqs[:, enc.input_ids.shape[1]:].tolist(), []
+        for r, g in enumerate(gen):
+            n = g.index(tok.eos_token_id) + 1 if tok.eos_token_id in g else len(g)
+            rows.append((enc.input_ids[r][enc.attention_mask[r].bool()].tolist(), g[:n], r))
+        return rows, torch.stack(rec.ids, 1), torch.stack(rec.probs, 1)
+
+    def self_written(n: int, rng: random.Random) -> list[list[dict]]:
+        asks = [[{"role": "user", "content": rng.choice(recipe["self_instruct_templates"]).format(topic=rng.choice(recipe["topics"]))}]
+                for _ in range(n)]
+        written = [clean_instruction(tok.decode(g, skip_special_tokens=True)) for _, g, _ in answer(asks, 48, sample=True)[0]]
+        return [[{"role": "user", "content": w}] for w in written if w and not near_evaluation(w, held_out) and fresh(w)]
+
+    def follow_ups(n: int, rng: random.Random) -> list[list[dict]]:
+        if not exchanges:
+            return []
+        picked = [rng.choice(exchanges) + [{"role": "user", "content": rng.choice(recipe["follow_ups"])}] for _ in range(n)]
+        return [m for m in picked if fresh(m)]
+
     start = time.time()
     for shard in range(done, math.ceil(n_prompts / batch)):
-        chunk = build_instructions(batch, seed * 100_003 + shard, passages, fresh)
-        texts = [chat(p) for p in chunk]
-        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left")
-        rec = TopKRecorder(k)
-        with torch.inference_mode():
-            seqs = target.generate(**enc, do_sample=False, max_new_tokens=max_new, logits_processor=LogitsProcessorList([rec]),
-                                   pad_token_id=tok.pad_token_id)
-        gen = seqs[:, enc.input_ids.shape[1]:]
-        top_ids, top_p = torch.stack(rec.ids, 1), torch.stack(rec.probs, 1)
-        rows = []
-        for r in range(len(chunk)):
-            prompt_ids = enc.input_ids[r][enc.attention_mask[r].bool()].tolist()
-            g = gen[r].tolist()
-            n = g.index(tok.eos_token_id) + 1 if tok.eos_token_id in g else len(g)
-            rows.append((prompt_ids, g[:n], top_ids[r, :n].numpy(), top_p[r, :n].numpy()))
-            answer = tok.decode(g[:n], skip_special_tokens=True)
-            if 200 < len(answer) < 900:
-                passages.append(answer)
-        np.savez_compressed(out / f"shard-{shard:04d}.npz",
-                            prompt=np.array([np.array(r[0], np.int32) for r in rows], dtype=object),
-                            answer=np.array([np.array(r[1], np.int32) for r in rows], dtype=object),
-                            top_ids=np.array([r[2] for r in rows], dtype=object),
-                            top_p=np.array([r[3] for r in rows], dtype=object))
-        tokens = sum(len(r[1]) for r in rows)
-        print(f"shard {shard}: {len(rows)} answers, {tokens} tokens, {time.time() - start:.0f}s", flush=True)
+        rng = random.Random(seed * 100_003 + shard)
+        torch.manual_seed(seed * 100_003 + shard)
+        chunk = self_written(round(self_instruct * batch), rng) + follow_ups(round(multi_turn * batch), rng)
+        chunk += [[{"role": "user", "content": t}] for t in build_instructions(batch - len(chunk), seed * 100_003 + shard, passages, fresh)]
+        rows, top_ids, top_p = answer(chunk, max_new, k)
+        saved = []
+        for prompt_ids, g, r in rows:
+            saved.append((prompt_ids, g, top_ids[r, :len(g)].numpy(), top_p[r, :len(g)].numpy()))
+            text = tok.decode(g, skip_special_tokens=True)
+            if 200 < len(text) < 900:
+                passages.append(text)
+            if len(chunk[r]) == 1 and 40 < len(text) < 1200:
+                exchanges.append(chunk[r] + [{"role": "assistant", "content": text}])
+        partial = out / f"partial-{shard:04d}.npz"  # renamed when complete: stopping the run never leaves half a shard
+        np.savez_compressed(partial,
+                            prompt=np.array([np.array(r[0], np.int32) for r in saved], dtype=object),
+                            answer=np.array([np.array(r[1], np.int32) for r in saved], dtype=object),
+                            top_ids=np.array([r[2] for r in saved], dtype=object),
+                            top_p=np.array([r[3] for r in saved], dtype=object))
+        partial.rename(out / f"shard-{shard:04d}.npz")
+        tokens = sum(len(r[1]) for r in saved)
+        print(f"shard {shard}: {len(saved)} answers, {tokens} tokens, {time.time() - start:.0f}s", flush=True)
 
 
 def prompt_key(prompt_ids) -> bytes:
@@ -340,6 +390,8 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--topk", type=int, default=8)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the target's dtype while answering")
+    d.add_argument("--self-instruct", type=float, default=0.0, help="share of each shard asking instructions the target wrote")
+    d.add_argument("--multi-turn", type=float, default=0.0, help="share of each shard following up an earlier answer")
     f = _trainer(sub, "fit", "train one draft on the generated data", minutes=60, batch=16, lr=3e-3)
     f.add_argument("--width", type=int, default=64)
     f.add_argument("--layers", type=int, default=2)
@@ -352,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.cmd == "data":
-        generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed, getattr(torch, a.dtype))
+        generate_data(a.out, a.prompts, a.batch, a.max_new_tokens, a.topk, a.seed, getattr(torch, a.dtype), a.self_instruct, a.multi_turn)
     elif a.cmd == "vocab":
         print(json.dumps(write_draft_vocab(a.data, a.out, a.size)))
     else:

@@ -36,11 +36,11 @@ def supports_lean(lm: LoadedModel) -> bool:
 
 
 def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False,
-                 prenorm: bool = False, features: bool = False) -> CachedModel:
+                 prenorm: bool = False, taps: tuple[int, ...] = ()) -> CachedModel:
     """The cached model a target or a draft runs on: on the lean storage where the architecture allows (over the
     model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and the CPU kernels say they pay,
-    which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``prenorm`` and ``features``: what
-    each :class:`~specviz.core.cache.Forward` carries besides the logits."""
+    which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``prenorm`` and ``taps`` (decoder layer
+    indices): what each :class:`~specviz.core.cache.Forward` carries besides the logits."""
     vocab_size = vocab_size or lm.vocab_size
     storage = LeanStorage(lm, vocab_size, full_vocab, int8) if supports_lean(lm) else None
-    return CachedModel(lm, vocab_size, storage, prenorm, features)
+    return CachedModel(lm, vocab_size, storage, prenorm, taps)

@@ -120,9 +120,9 @@ class LeanStack:
             k[:, :, :, :have], v[:, :, :, :have] = self.k, self.v
         self.k, self.v = k, v
 
-    def run(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Hidden states (1, t, hidden) at positions start.. through every layer; their keys and values
-        overwrite the cache from ``start`` on (positions after them are ignored)."""
+    def run(self, x: torch.Tensor, start: int, taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Hidden states (1, t, hidden) at positions start.. through every layer, and the outputs of the layers in
+        ``taps``; their keys and values overwrite the cache from ``start`` on (positions after them are ignored)."""
         t = x.shape[1]
         end = start + t
         self._reserve(end)
@@ -132,6 +132,7 @@ class LeanStack:
         # the fused (flash) kernels take is_causal, not a mask: a prefill (start 0) needs none, a one-token step none at all
         causal = t > 1 and start == 0
         mask = None if t == 1 or causal else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
+        outputs = {}
         for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
             q, k, v = qkv(rms_norm(x, ln1, self.eps))
             q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
@@ -142,7 +143,9 @@ class LeanStack:
             x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
             g, u = gate_up(rms_norm(x, ln2, self.eps))
             x = x + down(F.silu(g) * u)
-        return x
+            if i in taps:
+                outputs[i] = x
+        return x, outputs
 
 
 class LeanStorage:
@@ -159,13 +162,14 @@ class LeanStorage:
         self.head_ids = None if ids is None else torch.tensor(ids, device=self.embed.device)
         self.head = vocab_head(m, ids, self.embed.dtype, int8)
 
-    def run(self, ids: list[int], start: int, keep: int, states: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         x = F.embedding(torch.tensor(ids, device=self.embed.device), self.embed)[None]
-        x = self.stack.run(x, start)[0]
+        x, outputs = self.stack.run(x, start, taps)
+        x = x[0]
         logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
         if self.head_ids is not None:
             logits = logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
-        return logits, x if states else None
+        return logits, {i: h[0] for i, h in outputs.items()}
 
     def truncate(self, length: int) -> None:
         """Nothing to do: positions from ``length`` on are overwritten by the next feed."""
