@@ -13,6 +13,8 @@ from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head, tap_states
 from specviz.models.backends import cached_model
+from specviz.models.backends.graphs import eager_capture
+from specviz.models.backends.lean import LeanStorage
 
 from .conftest import tiny_llama
 from .test_engine import PROMPTS, reference
@@ -67,6 +69,18 @@ def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, promp
     events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
     assert sum(len(e.draft_ids) for e in events) >= 10 * min(gamma, 3) or len(prompt) == 1
+
+
+@pytest.mark.parametrize("taps", TAPS)
+def test_with_static_shapes_and_graphs_the_head_still_matches_generate(tiny_target, taps):
+    """A GPU run's head: a fixed-capacity cache, its one-layer forwards recorded (eagerly here, as CUDA graphs there)."""
+    prompt, n = PROMPTS[1], 40
+    target = CachedModel(tiny_target, storage=LeanStorage(tiny_target, tiny_target.vocab_size, capacity=len(prompt) + n + 1,
+                                                          capture=eager_capture), taps=taps)
+    drafter = FeatureDrafter(random_head(tiny_target, 3, taps), target, None, capacity=len(prompt) + n + 1, capture=eager_capture)
+    events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(3), max_new_tokens=n))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, n)
+    assert drafter.stack.graphs.recorded and target.storage.stack.graphs.recorded
 
 
 def test_a_one_token_prompt_starts_drafting_after_the_first_step(tiny_target):

@@ -6,11 +6,15 @@ import torch
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
+from specviz.core.errors import ConfigError
 from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
 from specviz.models.backends import cached_model, supports_lean
 from specviz.models.backends.cpu import int8_kernels, int8_linear, pack_linears, quantize_rows
+from specviz.models.backends.graphs import eager_capture
 from specviz.models.backends.lean import LeanStorage
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import static_shapes
 from tests.conftest import seeded, tiny_llama
 from tests.test_engine import reference
 
@@ -170,3 +174,57 @@ def test_an_int8_bf16_draft_stays_close_to_its_weights_and_lossless(tiny_target)
     events = list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(cached_model(lm, int8=True))],
                          policy=LengthPolicy(4), max_new_tokens=24))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)
+
+
+def static_storage(lm, capacity: int, graphs: bool = False, taps: tuple[int, ...] = ()) -> CachedModel:
+    """The lean storage with the static shapes a GPU run gets; ``graphs`` records them with the eager stand-in for CUDA
+    graphs (same buffers, same replay contract)."""
+    storage = LeanStorage(lm, lm.vocab_size, capacity=capacity, capture=eager_capture if graphs else None)
+    return CachedModel(lm, storage=storage, taps=taps)
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_fixed_capacity_cache_gives_the_growing_caches_logits(graphs):
+    lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=5, init_std=0.2, heads=4, kv_heads=2)
+    grown, static = cached_model(lm, taps=(0,)), static_storage(lm, 32, graphs, taps=(0,))
+    for tokens, keep in _feeds(1) + _feeds(1):  # the second pass replays the graphs recorded in the first
+        a, b = grown.forward(tokens, keep), static.forward(tokens, keep)
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(b.layers[0], a.layers[0], atol=1e-5, rtol=0)
+    stack = static.storage.stack
+    assert stack.k.shape[3] == 32 and (stack.graphs is None) != graphs
+    if graphs:  # one recording per (fed positions, taps); replays hand out copies, never the graph's own buffers
+        assert set(stack.graphs.recorded) == {(t, (0,)) for t in (20, 1, 5, 2, 3)}
+        out = static.forward(list(range(10)), 1).logits
+        again = static.forward(list(range(10)) + [4], 1).logits
+        assert not torch.equal(out, again) and out.data_ptr() != again.data_ptr()
+
+
+def test_static_decoding_equals_generate(tiny_target, tiny_draft):
+    prompt = [5, 17, 2, 9, 33]
+    target = static_storage(tiny_target, len(prompt) + 24 + 1, graphs=True)
+    draft = ModelDrafter(static_storage(tiny_draft, len(prompt) + 24 + 1, graphs=True))
+    events = list(decode(target, prompt, drafters=[draft], policy=LengthPolicy(4), max_new_tokens=24))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)
+
+
+def test_the_fixed_capacity_is_a_limit_and_graphs_need_it(tiny_draft):
+    with pytest.raises(ValueError, match="past the KV cache's fixed capacity of 8"):
+        static_storage(tiny_draft, 8).forward(list(range(9)), 1)
+    with pytest.raises(ValueError, match="graphs need static shapes"):
+        LeanStorage(tiny_draft, tiny_draft.vocab_size, capture=eager_capture)
+
+
+def test_static_shapes_and_graphs_follow_the_device_the_option_and_zerogpu(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert static_shapes(DecodeConfig(), cpu, 10) == (None, False)
+    assert static_shapes(DecodeConfig(cuda_graphs="off"), cpu, 10) == (None, False)
+    with pytest.raises(ConfigError, match="--cuda-graphs on needs a CUDA device"):
+        static_shapes(DecodeConfig(cuda_graphs="on"), cpu, 10)
+    config = DecodeConfig(max_new_tokens=20)
+    assert static_shapes(config, cuda, 10) == (31, True)
+    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (31, False)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert static_shapes(config, cuda, 10) == (31, False)
+    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="on"), cuda, 10) == (31, True)

@@ -28,6 +28,7 @@ from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
 from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
+from specviz.models.backends.graphs import Capture, cuda_capture
 from specviz.models.backends.lean import LeanStack, built_once, lean_layers, rms_norm, vocab_head
 from specviz.models.loading import DRAFT_VOCAB_FILE, read_draft_vocab
 
@@ -172,9 +173,11 @@ class FeatureDrafter(Drafter):
     @classmethod
     def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
         head, draft_vocab = context.head(str(source))
-        return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name)
+        return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name, context.capacity,
+                   cuda_capture if context.graphs else None)
 
-    def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head"):
+    def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head",
+                 capacity: int | None = None, capture: Capture | None = None):
         self.name, self.target, self.timer, self.head = name, target, ForwardTimer(name, target.lm.device), head
         self.models = [self.timer]
         if not set(head.taps) <= set(target.taps):
@@ -190,7 +193,8 @@ class FeatureDrafter(Drafter):
         self.fuse = head.state if head.fuse is None or not int8 else \
             built_once(head, ("fuse", self.dtype, self.embed.device), lambda: int8_linear(head.fuse.weight))
         self.score = vocab_head(lm, ids, self.dtype, int8)
-        self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq)
+        self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq,
+                               capacity, capture)
         self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
         self.features: torch.Tensor | None = None  # s[i] at row i, for the positions 0..self.known - 1
         self.known = 0

@@ -3,9 +3,12 @@ strategies built by name, and the JSON result of a finished run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel, LoadedModel
@@ -87,21 +90,42 @@ class PreparedRun:
 @dataclass
 class DraftContext:
     """What a drafter kind's ``from_source`` may use to build itself: the run's settings, the target (loaded and
-    cached), the draft models loaded for this run and the process's model bank."""
+    cached), the draft models loaded for this run and the process's model bank; ``capacity`` and ``graphs``, the
+    static shapes and CUDA graphs of the run's caches (see :func:`static_shapes`)."""
 
     config: DecodeConfig
     bank: ModelBank
     target_lm: LoadedModel
     target: CachedModel
     models: dict[str, LoadedModel]
+    capacity: int | None = None
+    graphs: bool = False
 
     def draft_model(self, name: str) -> CachedModel:
         """The cached draft model ``name`` over the target's vocabulary (int8 weights where they pay)."""
-        return cached_model(self.models[name], self.target.vocab_size, self.config.full_draft_vocab, int8=True)
+        return cached_model(self.models[name], self.target.vocab_size, self.config.full_draft_vocab, int8=True,
+                            capacity=self.capacity, graphs=self.graphs)
 
     def head(self, source: str) -> tuple:
         """A feature head for the target, and its draft vocabulary."""
         return self.bank.head(source, self.target_lm)
+
+
+def on_zerogpu() -> bool:
+    """Whether this process is a ZeroGPU Space (the variable and the values the ``spaces`` package reads)."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+def static_shapes(config: DecodeConfig, device: torch.device, prompt_len: int) -> tuple[int | None, bool]:
+    """The fixed KV capacity (positions) of the run's caches, and whether their forwards run as CUDA graphs. On a
+    GPU every cache has room for the prompt and every requested token, so no shape changes while decoding; graphs
+    follow ``--cuda-graphs`` (auto: on a dedicated GPU; off on ZeroGPU, where every call is a fresh process that
+    would record them again). A CPU keeps the growing cache and no graphs."""
+    if device.type != "cuda":
+        if config.cuda_graphs == "on":
+            raise ConfigError(f"--cuda-graphs on needs a CUDA device; this run's target is on {device.type}")
+        return None, False
+    return prompt_len + config.max_new_tokens + 1, config.cuda_graphs == "on" or config.cuda_graphs == "auto" and not on_zerogpu()
 
 
 def drafter_kind(source: str | LoadedModel) -> type[Drafter]:
@@ -146,8 +170,10 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: Loade
     rule = ACCEPT_RULES[config.accept].from_settings(config, target)
     n_layers = target.model.config.num_hidden_layers
     taps = tuple(sorted({i for name, source, kind in kinds for i in kind.reads_layers(source, n_layers)}))
-    cached = cached_model(target, shared_vocab_size(target, *models.values()), prenorm=rule.needs_states, taps=taps)
-    context = DraftContext(config, bank, target, cached, models)
+    capacity, graphs = static_shapes(config, target.device, len(prompt_ids))
+    cached = cached_model(target, shared_vocab_size(target, *models.values()), prenorm=rule.needs_states, taps=taps,
+                          capacity=capacity, graphs=graphs)
+    context = DraftContext(config, bank, target, cached, models, capacity, graphs)
     drafters = [kind.from_source(name, source, context) for name, source, kind in kinds]
     if config.chain:
         drafters = [build_chain(drafters[0], [d.model for d in drafters[1:]], config.level_gamma)]

@@ -24,18 +24,13 @@ import torch.nn.functional as F
 
 from specviz.core.cache import LoadedModel
 from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
+from specviz.models.backends.graphs import Capture, Graphs
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm: normalise in float32, scale in the input dtype."""
     h = x.float()
     return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-
-
-
-
 
 
 def fused(modules: list[torch.nn.Module], kernel: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -99,21 +94,34 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class LeanStack:
-    """Decoder layers (tuples from :func:`lean_layers`) over a static KV cache that grows by doubling."""
+    """Decoder layers (tuples from :func:`lean_layers`) over a preallocated KV cache; rollback is moving a length.
 
-    def __init__(self, layers: list[tuple], config, dtype: torch.dtype, device: torch.device, inv_freq: torch.Tensor):
+    By default the cache grows by doubling and attention reads the positions so far. With a fixed ``capacity`` (as
+    on CUDA) every shape depends on the number of fed positions only: keys and values are written by position and
+    attention reads the whole cache under a mask by position, as in gpt-fast; ``capture`` (see
+    :mod:`.graphs`) then records one CUDA graph per shape and replays it."""
+
+    def __init__(self, layers: list[tuple], config, dtype: torch.dtype, device: torch.device, inv_freq: torch.Tensor,
+                 capacity: int | None = None, capture: Capture | None = None):
         self.layers, self.dtype, self.device = layers, dtype, device
         self.heads, self.kv_heads, self.eps = config.num_attention_heads, config.num_key_value_heads, config.rms_norm_eps
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.inv_freq = inv_freq.float().to(device)
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.capacity = capacity
+        if capacity is not None:
+            self._reserve(capacity)
+            self.key_pos = torch.arange(capacity, device=device)
+        if capture is not None and capacity is None:
+            raise ValueError("graphs need static shapes: give the stack a fixed capacity")
+        self.graphs = Graphs(self._static, capture) if capture else None
 
     def _reserve(self, length: int) -> None:
         have = 0 if self.k is None else self.k.shape[3]
         if length <= have:
             return
-        shape = (len(self.layers), 1, self.kv_heads, max(length, 2 * have, 256), self.head_dim)
+        shape = (len(self.layers), 1, self.kv_heads, self.capacity or max(length, 2 * have, 256), self.head_dim)
         k = torch.zeros(shape, dtype=self.dtype, device=self.device)
         v = torch.zeros_like(k)
         if have:
@@ -125,20 +133,37 @@ class LeanStack:
         ``taps``; their keys and values overwrite the cache from ``start`` on (positions after them are ignored)."""
         t = x.shape[1]
         end = start + t
-        self._reserve(end)
-        angles = torch.arange(start, end, device=self.device, dtype=torch.float32)[:, None] * self.inv_freq
+        pos = torch.arange(start, end, device=self.device)
+        if self.capacity is None:
+            self._reserve(end)
+            # the fused (flash) kernels take is_causal, not a mask: a prefill (start 0) needs none, a one-token step none at all
+            causal = t > 1 and start == 0
+            mask = None if t == 1 or causal else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
+            return self._layers(x, pos, end, mask, causal, taps)
+        if end > self.capacity:
+            raise ValueError(f"position {end - 1} is past the KV cache's fixed capacity of {self.capacity} positions")
+        out = self.graphs((t, taps), x, pos) if self.graphs is not None else self._static((t, taps), x, pos)
+        return out[0], dict(zip(taps, out[1:]))
+
+    def _static(self, key: tuple[int, tuple[int, ...]], x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`run` over the whole fixed-capacity cache, flat: the state, then each tap's output. Every shape
+        depends on ``key`` (the number of fed positions, the taps) alone."""
+        out, tapped = self._layers(x, pos, self.capacity, self.key_pos <= pos[:, None], False, key[1])
+        return (out, *(tapped[i] for i in key[1]))
+
+    def _layers(self, x: torch.Tensor, pos: torch.Tensor, keys: int, mask: torch.Tensor | None, causal: bool,
+                taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        t = x.shape[1]
+        angles = pos.float()[:, None] * self.inv_freq
         angles = torch.cat([angles, angles], -1)
         cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
-        # the fused (flash) kernels take is_causal, not a mask: a prefill (start 0) needs none, a one-token step none at all
-        causal = t > 1 and start == 0
-        mask = None if t == 1 or causal else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
         outputs = {}
         for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
             q, k, v = qkv(rms_norm(x, ln1, self.eps))
             q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
-            self.k[i, :, :, start:end] = rotate(k.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
-            self.v[i, :, :, start:end] = v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2)
-            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :end], self.v[i, :, :, :end], attn_mask=mask, is_causal=causal,
+            self.k[i].index_copy_(2, pos, rotate(k.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin))
+            self.v[i].index_copy_(2, pos, v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2))
+            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :keys], self.v[i, :, :, :keys], attn_mask=mask, is_causal=causal,
                                                enable_gqa=self.kv_heads != self.heads)
             x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
             g, u = gate_up(rms_norm(x, ln2, self.eps))
@@ -150,14 +175,17 @@ class LeanStack:
 
 class LeanStorage:
     """The cached-model storage of a Llama-style model over a :class:`LeanStack` (the lean forward), with the LM
-    head over the model's draft vocabulary unless ``full_vocab`` (the other logits are -inf)."""
+    head over the model's draft vocabulary unless ``full_vocab`` (the other logits are -inf); ``capacity`` and
+    ``capture``: the stack's static shapes and graphs."""
 
-    def __init__(self, lm: LoadedModel, vocab_size: int, full_vocab: bool = True, int8: bool = False):
+    def __init__(self, lm: LoadedModel, vocab_size: int, full_vocab: bool = True, int8: bool = False,
+                 capacity: int | None = None, capture: Capture | None = None):
         m = lm.model
         self.embed, self.norm, self.eps = m.model.embed_tokens.weight, m.model.norm.weight, m.config.rms_norm_eps
         self.vocab_size = vocab_size
         int8 = int8 and int8_kernels(self.embed.dtype, self.embed.device)
-        self.stack = LeanStack(lean_layers(m, int8=int8), m.config, self.embed.dtype, self.embed.device, m.model.rotary_emb.inv_freq)
+        self.stack = LeanStack(lean_layers(m, int8=int8), m.config, self.embed.dtype, self.embed.device, m.model.rotary_emb.inv_freq,
+                               capacity, capture)
         ids = sorted({i for i in lm.draft_vocab if i < vocab_size}) if lm.draft_vocab and not full_vocab else None
         self.head_ids = None if ids is None else torch.tensor(ids, device=self.embed.device)
         self.head = vocab_head(m, ids, self.embed.dtype, int8)
