@@ -1,10 +1,10 @@
 """Top-1 agreement of draft models (and feature heads) with the offline target, teacher-forced on the target's
-own greedy answers.
+own greedy answers: the first draft token's agreement, with the true text before it.
 
-    .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...]    # default: the bundled drafts and head
+    .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...] > results/draft_agreement.md    # default: the bundled drafts and heads
 
-Two measures per draft: on the evaluation suites (2 prompts per category, 64 new tokens, chat template) and on
-the distillation data's held-out answers (the split ``specviz.training.drafts fit`` reports). Older drafts can be
+Measured per draft on the evaluation suites (all 48 prompts, 64 new tokens, chat template), per category and overall,
+and on the distillation data's held-out answers (the split ``specviz.training.drafts fit`` reports). Older drafts can be
 compared by restoring them from git, e.g. ``git archive 3c1a678 assets/models | tar -x -C /tmp/old``.
 """
 
@@ -18,13 +18,14 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from specviz.analysis.suites import load_suite
-from specviz.methods.feature_head import is_feature_head, load_head
+from specviz.core.hidden import capture_layers
+from specviz.methods.feature_head import is_feature_head, load_head, tap_states
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.paths import ASSETS
 from specviz.models.presets import GGUF_SOURCE
 from specviz.training.drafts import load_data, split_heldout, without_evaluation_prompts
 
-DEFAULT = [ASSETS / "models" / name for name in ("smollm2-draft-s", "smollm2-draft-m", "smollm2-head")]
+DEFAULT = [ASSETS / "models" / name for name in ("smollm2-draft-s", "smollm2-draft-m", "smollm2-head-v1", "smollm2-head")]
 
 
 def predictor(path: Path, target):
@@ -36,8 +37,10 @@ def predictor(path: Path, target):
     vocab = torch.tensor(vocab)
     rows = target.lm_head.weight[vocab]
 
-    def guess(seq, n):  # the head at i reads the target's state at i and token i+1, and guesses token i+2
-        states = target.model(input_ids=seq).last_hidden_state
+    def guess(seq, n):  # the head at i reads the target's states at i and token i+1, and guesses token i+2
+        with capture_layers(target, head.taps) as outputs:
+            target(input_ids=seq)
+        states = head.state(tap_states(outputs, head.taps, target))
         out = head(states[:, :-1], F.embedding(seq[:, 1:], target.model.embed_tokens.weight))[0, n - 2:-1]
         return vocab[(out @ rows.T).argmax(-1)]
     return guess
@@ -47,21 +50,26 @@ def predictor(path: Path, target):
 def main(dirs: list[Path]) -> None:
     tok = load_tokenizer(GGUF_SOURCE)
     target = load_model(GGUF_SOURCE, dtype=torch.float32).model
-    answers = []
-    for item in load_suite("all", 2):
+    groups: dict[str, list] = {}
+    for item in load_suite("all"):
         text = tok.apply_chat_template([{"role": "user", "content": item["prompt"]}], tokenize=False, add_generation_prompt=True)
         ids = tok(text, return_tensors="pt").input_ids
-        answers.append((ids.shape[1], target.generate(ids, do_sample=False, max_new_tokens=64)))
+        groups.setdefault(item["category"], []).append((ids.shape[1], target.generate(ids, do_sample=False, max_new_tokens=64)))
     items = without_evaluation_prompts(load_data(ASSETS / "distill" / "data"), tok)
     held, _ = split_heldout(items)
     # held-out answers are greedy, so each answer token is the target's top-1 there
-    held_seqs = [(len(p), torch.tensor([list(p) + list(a)], dtype=torch.long)) for p, a, _, _ in held]
-    print("| draft | suite agreement (tokens) | distillation held-out agreement (tokens) |\n|---|---|---|")
+    groups["distillation held-out"] = [(len(p), torch.tensor([list(p) + list(a)], dtype=torch.long)) for p, a, _, _ in held]
+    suites = [name for name in groups if name != "distillation held-out"]
+    print("| draft | " + " | ".join(suites) + " | all 48 suite prompts | distillation held-out |")
+    print("|---" * (len(suites) + 3) + "|")
     for path in dirs:
         guess = predictor(path, target)
-        measured = [(sum(int((guess(seq, n) == seq[0, n:]).sum()) for n, seq in group), sum(seq.shape[1] - n for n, seq in group))
-                    for group in (answers, held_seqs)]
-        print(f"| {path.name} | " + " | ".join(f"{a / t:.3f} ({t})" for a, t in measured) + " |", flush=True)
+        counts = {name: (sum(int((guess(seq, n) == seq[0, n:]).sum()) for n, seq in group), sum(seq.shape[1] - n for n, seq in group))
+                  for name, group in groups.items()}
+        counts["all"] = tuple(sum(counts[name][i] for name in suites) for i in (0, 1))
+        cells = [f"{counts[name][0] / counts[name][1]:.3f}" for name in suites]
+        cells += [f"{counts[name][0] / counts[name][1]:.3f} ({counts[name][1]} tokens)" for name in ("all", "distillation held-out")]
+        print(f"| {path.name} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
