@@ -11,7 +11,7 @@ from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
 from specviz.models.backends import cached_model, supports_lean
 from specviz.models.backends.cpu import int8_kernels, int8_linear, pack_linears, quantize_rows
-from specviz.models.backends.graphs import eager_capture
+from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, eager_capture
 from specviz.models.backends.lean import LeanStorage
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import static_shapes
@@ -198,6 +198,14 @@ def test_a_fixed_capacity_cache_gives_the_growing_caches_logits(graphs):
         out = static.forward(list(range(10)), 1).logits
         again = static.forward(list(range(10)) + [4], 1).logits
         assert not torch.equal(out, again) and out.data_ptr() != again.data_ptr()
+
+
+def test_a_long_feed_such_as_a_prefill_runs_without_a_recording(tiny_draft):
+    static = static_storage(tiny_draft, MAX_GRAPHED_LENGTH + 8, graphs=True)
+    static.forward([3] * (MAX_GRAPHED_LENGTH + 1), 1)
+    assert not static.storage.stack.graphs.recorded
+    static.forward([3] * (MAX_GRAPHED_LENGTH + 2), 1)
+    assert list(static.storage.stack.graphs.recorded) == [(1, ())]
 
 
 def test_static_decoding_equals_generate(tiny_target, tiny_draft):

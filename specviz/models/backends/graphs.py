@@ -13,6 +13,9 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+MAX_GRAPHED_LENGTH = 64
+"""Feeds longer than this (a prefill) run without a graph: they come once per run, so a recording would not pay."""
+
 Outputs = tuple[torch.Tensor, ...]
 Capture = Callable[[Callable[[], Outputs]], tuple[Callable[[], None], Outputs]]
 """Records ``fn`` and returns (replay, the outputs every replay writes)."""

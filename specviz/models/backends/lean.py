@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from specviz.core.cache import LoadedModel
 from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
-from specviz.models.backends.graphs import Capture, Graphs
+from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, Capture, Graphs
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -142,7 +142,8 @@ class LeanStack:
             return self._layers(x, pos, end, mask, causal, taps)
         if end > self.capacity:
             raise ValueError(f"position {end - 1} is past the KV cache's fixed capacity of {self.capacity} positions")
-        out = self.graphs((t, taps), x, pos) if self.graphs is not None else self._static((t, taps), x, pos)
+        graphed = self.graphs is not None and t <= MAX_GRAPHED_LENGTH
+        out = self.graphs((t, taps), x, pos) if graphed else self._static((t, taps), x, pos)
         return out[0], dict(zip(taps, out[1:]))
 
     def _static(self, key: tuple[int, tuple[int, ...]], x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
