@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
-STEPS=${STEPS:-"predictor standard all-prompts policies selection chains judge judge-confidence judge-head-draft judge-overhead record-overhead advisor ui"}
+STEPS=${STEPS:-"predictor standard all-prompts heads policies selection chains judge judge-confidence judge-head-draft judge-overhead record-overhead advisor ui"}
 export HF_HUB_OFFLINE=1
 for step in $STEPS; do
   case $step in
@@ -15,6 +15,7 @@ for step in $STEPS; do
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/bench ;;
     all-prompts) $PY -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" \
       --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts ;;
+    heads) $PY -m specviz bench --configs heads --per-category 0 --max-new-tokens 64 --repeats 2 --out results/heads ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;

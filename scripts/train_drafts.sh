@@ -3,8 +3,8 @@
 # shards under assets/distill/data), both drafts trained side by side on one torch thread each, the feature
 # head on both threads; then round 2 of answers (the full recipe, another seed) and the head trained on from
 # round 1's head over both rounds; then round 3 (bf16 answers to instructions not yet answered) and the head
-# trained on again over all three. MINUTES caps each draft fit; the committed drafts used the values recorded
-# in assets/models/*/specviz.json.
+# trained on again over all three (bundled as head-v1); then round 4 and the EAGLE-3-style head. MINUTES caps each
+# draft fit; the committed drafts used the values recorded in assets/models/*/specviz.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -23,4 +23,11 @@ $PY -m specviz.training.feature_head fit --minutes 38 --lr 5e-4 --init assets/mo
 $PY -m specviz.training.drafts data --prompts 10496 --batch 128 --seed 2 --dtype bfloat16
 $PY -m specviz.training.feature_head fit --minutes 40 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head \
   > results/train_head.log 2>&1
-tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head.log
+# round 4: self-written instructions and follow-up turns; then the EAGLE-3-style head (three tapped layers, token loss,
+# training-time test over 5 drafting steps), warm-started from the round-3 head, which stays bundled as head-v1
+$PY -m specviz.training.drafts data --prompts 16384 --batch 128 --seed 3 --dtype bfloat16 --self-instruct 0.25 --multi-turn 0.25 \
+  >> results/train_data_round4.log 2>&1
+mv assets/models/smollm2-head assets/models/smollm2-head-v1
+$PY -m specviz.training.feature_head fit --minutes "${HEAD_MINUTES:-75}" --taps 2 15 29 --steps-ahead 5 --autocast \
+  --init assets/models/smollm2-head-v1 --out assets/models/smollm2-head > results/train_head_v2.log 2>&1
+tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head_v2.log

@@ -10,6 +10,7 @@ from specviz.bench.harness import (
     CONFIG_SETS,
     BenchConfig,
     fastest_runs,
+    head_configs,
     hf_assisted_generate,
     markdown,
     peer_table,
@@ -161,7 +162,16 @@ def test_peer_table_pairs_engine_rows_with_assisted_generation_on_the_same_draft
     assert sd_row["max"] == pytest.approx(50 / 22) and sd_row["prompts"] == 3
     assert table[1]["engine / peer (median)"] == pytest.approx(1 / 22)
     write_results(rows, configs, tmp_path / "run", 32)
-    assert markdown(table) in (tmp_path / "run.md").read_text().split("assisted generation")[1]
+    assert markdown(table) in (tmp_path / "run.md").read_text().split("## Rows against their peers")[1]
+
+
+def test_a_row_can_name_its_peer_as_the_new_head_names_the_old_one_at_the_same_gamma():
+    configs = head_configs(32, gammas=(2, 3))
+    assert [c.label for c in configs] == ["ar", "head-v1 γ=2", "head-v1 γ=3", "head γ=2", "head γ=3"]
+    rows = [bench_row(c.label, pid, 10.0 * (1 + i), 1.0) for i, c in enumerate(configs) for pid in ("p1", "p2")]
+    table = peer_table(rows, configs)
+    assert [(r["engine row"], r["peer"]) for r in table] == [("head γ=2", "head-v1 γ=2"), ("head γ=3", "head-v1 γ=3")]
+    assert table[0]["engine / peer (median)"] == pytest.approx(40 / 20) and table[1]["prompts"] == 2
 
 
 def test_rotations_start_each_round_at_another_share_of_the_list():
