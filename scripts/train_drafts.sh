@@ -25,9 +25,9 @@ $PY -m specviz.training.feature_head fit --minutes 40 --lr 5e-4 --init assets/mo
   > results/train_head.log 2>&1
 # round 4: self-written instructions and follow-up turns; then the EAGLE-3-style head (three tapped layers, token loss,
 # training-time test over 5 drafting steps), warm-started from the round-3 head, which stays bundled as head-v1
-$PY -m specviz.training.drafts data --prompts 16384 --batch 128 --seed 3 --dtype bfloat16 --self-instruct 0.25 --multi-turn 0.25 \
+$PY -m specviz.training.drafts data --prompts 12416 --batch 128 --seed 3 --dtype bfloat16 --self-instruct 0.25 --multi-turn 0.25 \
   >> results/train_data_round4.log 2>&1
 mv assets/models/smollm2-head assets/models/smollm2-head-v1
-$PY -m specviz.training.feature_head fit --minutes "${HEAD_MINUTES:-75}" --taps 2 15 29 --steps-ahead 5 --autocast \
+$PY -m specviz.training.feature_head fit --minutes "${HEAD_MINUTES:-80}" --taps 2 15 29 --steps-ahead 5 --autocast \
   --init assets/models/smollm2-head-v1 --out assets/models/smollm2-head > results/train_head_v2.log 2>&1
 tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head_v2.log
