@@ -115,23 +115,22 @@ class ExactRule:
                                           else one_hot_rows(draft.ids, c.p.shape[-1], c.p.device))
         px, qx = c.p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
         k = min(TOP_K, c.p.shape[-1])
-        p_top, q_top = c.p[:m].topk(k), q[:m].topk(k)
+        p_top, q_top = _pairs(c.p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row
         u = [None] * m if c.u is None else c.u[:m].tolist()
         out, hits, ids = [], exact[:m].tolist(), c.ids[:m].tolist()
         for i in range(m):
             out.append({"token": ids[i], "p": px[i], "q": qx[i],
                         "accept_prob": float(hits[i]) if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
                         "u": u[i], "accepted": i < n, "reason": kept[i] if i < n else REJECTED,
-                        "p_top": _pairs(p_top, i), "q_top": [pair for pair in _pairs(q_top, i) if pair[1] > 0]})
+                        "p_top": p_top[i], "q_top": [pair for pair in q_top[i] if pair[1] > 0]})
             if scores is not None:
                 out[i].update(score=scores[i], threshold=self.threshold)
         if n < len(draft.ids):
             if corrected is None:
                 out[n]["argmax"] = emitted
             else:
-                top = corrected.topk(k)
-                out[n]["residual_top"] = {"top": [[int(t), float(x)] for t, x in zip(top.indices.tolist(), top.values.tolist()) if x > 0],
-                                          "emitted": emitted}
+                top = _pairs(corrected[None].topk(k))[0]
+                out[n]["residual_top"] = {"top": [pair for pair in top if pair[1] > 0], "emitted": emitted}
         return out
 
     def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float] | None]:
@@ -173,8 +172,10 @@ class TopKRule(ExactRule):
 
 
 
-def _pairs(top, row: int) -> list[list]:
-    return [[int(t), float(x)] for t, x in zip(top.indices[row].tolist(), top.values[row].tolist())]
+def _pairs(top) -> list[list[list]]:
+    """[token, value] pairs per row of a batched ``topk``, read from the device in one transfer."""
+    both = torch.stack([top.indices.double(), top.values.double()]).tolist()  # float64 holds every token id exactly
+    return [[[int(t), x] for t, x in zip(ids, values)] for ids, values in zip(*both)]
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
