@@ -118,8 +118,8 @@ POLICY_PAIRS = [("online", "fixed γ=3"), ("online", "fixed γ=2"), ("online", "
                 ("fsm", "hf-heuristic")]
 
 TABLES = {
-    "headline": dict(kind="summary", csv="bench_all_prompts", rows=ALL_PROMPT_ROWS,
-                     columns=["config", "tok_s", "speedup", "accept_len", "same"]),
+    "headline": dict(kind="summary", csv="heads", rows=["ar", "head-v1 γ=2", "head-v1 γ=3", "head γ=2", "head γ=3"],
+                     columns=["config", "tok_s", "speedup", "accept_len", "positions", "same"]),
     "all-prompts": dict(kind="summary", csv="bench_all_prompts", rows=ALL_PROMPT_ROWS, columns=FULL),
     "all-prompts-categories": dict(kind="categories", csv="bench_all_prompts", rows=ALL_PROMPT_ROWS),
     "all-prompts-peer": dict(kind="pairs", csv="bench_all_prompts", pairs=[("sd draft-m γ=3", "hf-assisted draft-m γ=3")]),
