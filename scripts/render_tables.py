@@ -116,6 +116,7 @@ ALL_PROMPT_ROWS = ["ar", "sd head γ=2", "sd head γ=3", "sd draft-m γ=3", "hf-
 SELECT = "online + select(head, draft-m, ngram)"
 POLICY_PAIRS = [("online", "fixed γ=3"), ("online", "fixed γ=2"), ("online", "fixed γ=5"), ("online", "hf-heuristic"),
                 ("fsm", "hf-heuristic")]
+SELECTION_PAIRS = [(SELECT, "online head"), (SELECT, "online draft-m"), (SELECT, "online ngram")]
 
 TABLES = {
     "headline": dict(kind="summary", csv="heads", rows=["ar", "head-v1 γ=2", "head-v1 γ=3", "head γ=2", "head γ=3"],
@@ -137,10 +138,11 @@ TABLES = {
     "policies": dict(kind="summary", csv="policies", columns=SPEED),
     "policies-pairs": dict(kind="pairs", csv="policies", pairs=POLICY_PAIRS),
     "policies-eagle3": dict(kind="summary", csv="policies_eagle3", columns=SPEED),
+    "policies-eagle3-pairs": dict(kind="pairs", csv="policies_eagle3", pairs=POLICY_PAIRS),
     "selection": dict(kind="summary", csv="selection", columns=[*SPEED[:-1], "accept_rate", "same"]),
     "selection-eagle3": dict(kind="summary", csv="selection_eagle3", columns=[*SPEED[:-1], "accept_rate", "same"]),
-    "selection-pairs": dict(kind="pairs", csv="selection", pairs=[(SELECT, "online head"), (SELECT, "online draft-m"),
-                                                                  (SELECT, "online ngram")]),
+    "selection-eagle3-pairs": dict(kind="pairs", csv="selection_eagle3", pairs=SELECTION_PAIRS),
+    "selection-pairs": dict(kind="pairs", csv="selection", pairs=SELECTION_PAIRS),
     "selection-prompts": dict(kind="prompts", csv="selection", rows=["ar", "online head", SELECT]),
     "chains": dict(kind="summary", csv="chains",
                    columns=["config", "tok_s", "speedup", "L1", "predicted", "measured", "max_error", "same"]),

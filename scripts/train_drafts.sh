@@ -3,8 +3,8 @@
 # shards under assets/distill/data), both drafts trained side by side on one torch thread each, the feature
 # head on both threads; then round 2 of answers (the full recipe, another seed) and the head trained on from
 # round 1's head over both rounds; then round 3 (bf16 answers to instructions not yet answered) and the head
-# trained on again over all three (bundled as head-v1); then round 4 and the EAGLE-3-style head. MINUTES caps each
-# draft fit; the committed drafts used the values recorded in assets/models/*/specviz.json.
+# trained on again over all three (bundled as head-v1); then round 4 and the EAGLE-3-style head, trained in two runs.
+# MINUTES caps each draft fit; the committed drafts used the values recorded in assets/models/*/specviz.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -30,4 +30,7 @@ $PY -m specviz.training.drafts data --prompts 12416 --batch 128 --seed 3 --dtype
 mv assets/models/smollm2-head assets/models/smollm2-head-v1
 $PY -m specviz.training.feature_head fit --minutes "${HEAD_MINUTES:-80}" --taps 2 15 29 --steps-ahead 5 --autocast \
   --init assets/models/smollm2-head-v1 --out assets/models/smollm2-head > results/train_head_v2.log 2>&1
-tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head_v2.log
+# then the same head trained on for 90 more minutes over the same data, at a lower peak learning rate, in a new order
+$PY -m specviz.training.feature_head fit --minutes "${HEAD_MORE_MINUTES:-90}" --lr 2e-4 --seed 1 --taps 2 15 29 --steps-ahead 5 \
+  --autocast --init assets/models/smollm2-head --out assets/models/smollm2-head > results/train_head_v3.log 2>&1
+tail -n 1 results/train_draft_s.log results/train_draft_m.log results/train_head_v3.log

@@ -100,6 +100,7 @@ def test_fit_head_end_to_end_with_a_tiny_target(tmp_path, monkeypatch, tiny_targ
               target_dtype=torch.float32)
     report = feature_train.fit_head(tmp_path / "data", tmp_path / "head", (0, 1), minutes=0.03, **kw)
     assert report["steps"] >= 1 and len(report["heldout_top1_agreement"]) == 3 and report["train_answers"] == 12
+    assert len(report["heldout_top1_agreement_int8"]) == 3
     assert report["curve"][0]["positions"] == 0 and report["curve"][-1]["positions"] == report["positions"] > 0
     head, vocab = load_head(tmp_path / "head", tiny_target.model, torch.float32)
     assert len(vocab) == 20 and vocab == sorted(vocab) and head.taps == (0, 1)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.core.hidden import capture_layers, final_norm
-from specviz.methods.feature_head import FeatureHead, load_head, save_head, tap_states
+from specviz.methods.feature_head import FeatureHead, dequantize, load_head, quantize, save_head, tap_states
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.presets import GGUF_SOURCE
 from specviz.training.drafts import _trainer, load_data, rank_tokens, split_heldout, without_evaluation_prompts
@@ -233,7 +233,12 @@ def fit_head(data: Path, out: Path, taps: tuple[int, ...], vocab_size: int, minu
                 break
     if curve[-1]["positions"] != seen:
         curve.append({"positions": seen, "heldout_agreement": evaluate()})
-    report = {"heldout_top1_agreement": curve[-1]["heldout_agreement"], "curve": curve, "steps": step, "positions": seen,
+    trained = {k: v.clone() for k, v in head.state_dict().items()}
+    head.load_state_dict(dequantize(quantize(trained)), strict=False)  # what the saved file will draft with
+    stored = evaluate()
+    head.load_state_dict(trained)
+    report = {"heldout_top1_agreement": curve[-1]["heldout_agreement"], "heldout_top1_agreement_int8": stored, "curve": curve,
+              "steps": step, "positions": seen,
               "minutes": round((time.time() - start) / 60, 2), "params": n_params, "taps": list(head.taps),
               "train_answers": len(train_rows), "train_tokens": int(sum(len(train[i][1]) for i in range(len(train)))),
               "steps_ahead": steps_ahead, "step_weight": step_weight, "draft_vocab": vocab_size, "lr": lr, "batch": batch,
