@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Reproduces the committed results, one step per result; each step writes only its own files, with the settings
-# the committed file was made with (its header states them). The files made before the EAGLE-3-style head was bundled
-# (all but heads.*) measured the head now called head-v1 under the name "head": the steps whose rows use the head write
-# _eagle3-suffixed files instead, and record-overhead, ui and advisor, whose rows measure the default draft, are not rerun
-# unless asked (STEPS=...). Run on a quiet machine: other CPU load distorts every timing. STEPS selects parts, e.g. STEPS="chains judge".
+# the committed file was made with (its header states them). The standard, all-prompts, policies, selection and
+# judge-head-draft files were made before the EAGLE-3-style head was bundled and measured head-v1 under the name "head":
+# those steps write _eagle3-suffixed files beside them (policies_eagle3 and selection_eagle3 are committed). The other
+# steps use no head, or (heads) name both heads, and rewrite their committed files. record-overhead and ui, which
+# measure the draft "head" and overwrite their files, and advisor run only when asked (STEPS=...).
+# Run on a quiet machine: other CPU load distorts every timing. STEPS selects parts, e.g. STEPS="chains judge".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -21,7 +23,7 @@ for step in $STEPS; do
     heads) $PY -m specviz bench --configs heads --per-category 0 --max-new-tokens 64 --repeats 2 --out results/heads ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies"$V2" ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection"$V2" ;;
-    chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains"$V2" ;;
+    chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
     judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
     judge-confidence) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
       --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_confidence ;;

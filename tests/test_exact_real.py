@@ -3,14 +3,22 @@ token for token the same as transformers' greedy generate (and so is the AR base
 
 By default each prompt runs every drafter at one γ, rotating through {1, 3, 6} over the suite so that every
 (drafter, γ) pair meets 16 prompts and CI stays well inside its time; SPECVIZ_FULL_EXACTNESS=1 runs every γ
-on every prompt (about 45 minutes on 2 cores), and SPECVIZ_EXACTNESS_DRAFTS=a,b limits the drafters to those."""
+on every prompt (about 45 minutes on 2 cores), and SPECVIZ_EXACTNESS_DRAFTS=a,b limits the drafters to those.
+
+SPECVIZ_EXACTNESS_LOG=PATH also writes a log: a header naming the settings, the commit (``git rev-parse HEAD``,
+marked when the work tree has uncommitted changes; "unknown" outside a git checkout) and the machine, then one line
+per prompt and a summary. Committed logs are written this way, so each says what code and hardware it covers."""
 
 import os
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from specviz.analysis.suites import load_suite
+from specviz.models.loading import describe_hardware
 from specviz.models.presets import PRESETS
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
@@ -30,10 +38,50 @@ def generate_reference(run) -> list[int]:
 
 GAMMAS = (1, 3, 6)
 FULL = os.environ.get("SPECVIZ_FULL_EXACTNESS") == "1"
+LOG = os.environ.get("SPECVIZ_EXACTNESS_LOG", "")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code_commit() -> str:
+    """HEAD's commit, marked when tracked files differ from it; "unknown" where git or the checkout is missing."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head} (with uncommitted changes)" if dirty else head
+
+
+def log_header() -> str:
+    """What a log covers: the command's settings, the commit and the machine."""
+    settings = " ".join(f"{k}={os.environ[k]}" for k in ("SPECVIZ_FULL_EXACTNESS", "SPECVIZ_EXACTNESS_DRAFTS") if k in os.environ)
+    gammas = "γ ∈ {1, 3, 6} on every prompt" if FULL else "one γ of (1, 3, 6) per prompt and drafter, rotating"
+    return (f"# {settings + ' ' if settings else ''}.venv/bin/python -m pytest tests/test_exact_real.py\n"
+            f"# run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit: {code_commit()}\n"
+            f"# machine: {describe_hardware()}\n"
+            f"# offline target in float32, greedy, {N} new tokens; AR and drafters {', '.join(DRAFTS)}: {gammas}; "
+            "each must equal transformers' generate token for token\n")
+
+
+@pytest.fixture(scope="module")
+def exactness_log():
+    """The log's file (None unless SPECVIZ_EXACTNESS_LOG is set): header first, a summary line last."""
+    if not LOG:
+        yield None
+        return
+    counts = {"passed": 0, "failed": 0}
+    with open(LOG, "w") as f:
+        f.write(log_header())
+        f.flush()
+        yield f, counts
+        f.write(f"# {counts['passed']} prompts passed, {counts['failed']} failed\n")
 
 
 @pytest.mark.parametrize("index, item", list(enumerate(load_suite("all"))), ids=lambda x: x["id"] if isinstance(x, dict) else "")
-def test_all_methods_match_generate(bank, index, item):
+def test_all_methods_match_generate(bank, exactness_log, index, item):
     ar = prepare(DecodeConfig(method="ar", max_new_tokens=N), item["prompt"], bank)
     reference = generate_reference(ar)
     outputs = {"ar": [t for e in ar.events() for t in e.emitted_ids]}
@@ -41,4 +89,10 @@ def test_all_methods_match_generate(bank, index, item):
         for gamma in GAMMAS if FULL else [GAMMAS[(index + d) % len(GAMMAS)]]:
             run = prepare(DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=N), item["prompt"], bank)
             outputs[f"{draft} γ={gamma}"] = [t for e in run.events() for t in e.emitted_ids]
-    assert {name: out for name, out in outputs.items() if out != reference} == {}
+    mismatches = {name: out for name, out in outputs.items() if out != reference}
+    if exactness_log:
+        f, counts = exactness_log
+        counts["failed" if mismatches else "passed"] += 1
+        f.write(f"{item['id']}: {'FAILED ' + ', '.join(mismatches) if mismatches else 'passed'} ({', '.join(outputs)})\n")
+        f.flush()
+    assert mismatches == {}

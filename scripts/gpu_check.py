@@ -1,0 +1,341 @@
+"""One device call that proves the engine's GPU path (run it through ``scripts/gpu_check.sh``): writes
+``results/cuda/<date>-<gpu>.md`` and ``.csv``.
+
+No model can travel to a lent GPU machine (no network there, 64 MiB of repository), so every model is built from
+random weights in the shape that matters:
+1. the CUDA subset of the unit tests (``SPECVIZ_TEST_DEVICE=cuda``);
+2. greedy exactness against transformers' ``generate`` in fp32: a random target of SmolLM2-135M's shape with a random
+   small draft, the n-gram lookup and a feature head, on the static-shape cache with CUDA graphs; and tiny Llama and
+   Qwen3 targets with synthetic EAGLE-3 heads in both published layouts (``tests/eagle3_heads.py``);
+3. a random target of Qwen3-8B's shape in bf16: AR tok/s against ``generate`` (interleaved rounds), against the
+   bandwidth limit (weight bytes ÷ the measured device-to-device copy bandwidth), the verify cost of 1…8 fed tokens
+   relative to 1, CUDA graphs on against off (the capture counted), and one speculative run's draft / verify / overhead
+   split with a synthetic EAGLE-3 head of the published 8B heads' shape.
+Random heads are rarely accepted, so (3) measures costs, not speedups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import transformers
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specviz.core.cache import LoadedModel  # noqa: E402
+from specviz.core.drafters import ModelDrafter, NGramDrafter  # noqa: E402
+from specviz.core.engine import decode  # noqa: E402
+from specviz.core.policy import LengthPolicy  # noqa: E402
+from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
+from specviz.methods.feature_head import FeatureDrafter, FeatureHead  # noqa: E402
+from specviz.models.backends import cached_model  # noqa: E402
+from specviz.models.loading import load_model  # noqa: E402
+from tests.eagle3_heads import reference_drafts, tiny_target_dir, write_head  # noqa: E402
+
+SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, tie_word_embeddings=True, rope_theta=100000.0, rms_norm_eps=1e-5, max_position_embeddings=2048)
+QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                num_key_value_heads=8, head_dim=128, rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=40960,
+                tie_word_embeddings=False)
+CUDA_TESTS = ["tests/test_engine.py", "tests/test_lean.py", "tests/test_acceptance.py", "tests/test_chain.py", "tests/test_feature_head.py",
+              "tests/test_policies.py", "tests/test_eagle3.py"]
+ROWS: list[dict] = []
+DEVICE, GRAPHS = "cuda", True  # --smoke: the CPU, tiny shapes and no graphs, to try the script before a device call
+
+
+def record(section: str, metric: str, value, unit: str = "", note: str = "") -> None:
+    ROWS.append({"section": section, "metric": metric, "value": value, "unit": unit, "note": note})
+    print(f"[{section}] {metric} = {value} {unit} {note}", flush=True)
+
+
+def guarded(section: str):
+    """Run a section; a failure is recorded (first line) and the next section still runs."""
+    def wrap(fn):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                fn(*args, **kwargs)
+            except Exception as exc:  # the report must say what broke, and go on
+                traceback.print_exc()
+                record(section, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+            record(section, "section seconds", round(time.perf_counter() - start, 1), "s")
+        return run
+    return wrap
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def random_model(config: dict, family: str, dtype: torch.dtype, seed: int = 0) -> LoadedModel:
+    kind = {"llama": transformers.LlamaConfig, "qwen3": transformers.Qwen3Config}[family]
+    c = kind(**config, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    with torch.device(DEVICE):
+        model = transformers.AutoModelForCausalLM.from_config(c, dtype=dtype).eval()
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = None, 0
+    return LoadedModel(f"random {family} {config['hidden_size']}x{config['num_hidden_layers']}", model, c.vocab_size)
+
+
+def prompts(n: int, vocab: int, lengths=(16, 64, 200), seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, vocab, (lengths[i % len(lengths)],), generator=g).tolist() for i in range(n)]
+
+
+@torch.inference_mode()
+def generate(lm: LoadedModel, prompt: list[int], n: int) -> list[int]:
+    ids = torch.tensor([prompt], device=DEVICE)
+    out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n)
+    return out[0, len(prompt):].tolist()
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+@torch.inference_mode()
+def top2_margin(lm: LoadedModel, ids: list[int]) -> float:
+    top = lm.model(torch.tensor([ids], device=DEVICE)).logits[0, -1].float().topk(2).values
+    return float(top[0] - top[1])
+
+
+def emitted(events) -> list[int]:
+    return [t for e in events for t in e.emitted_ids]
+
+
+@guarded("cuda tests")
+def cuda_tests(seconds: int) -> None:
+    env = {**os.environ, "SPECVIZ_TEST_DEVICE": DEVICE, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *CUDA_TESTS], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=seconds)
+    tail = out.stdout.strip().splitlines()
+    summary = next((line for line in reversed(tail) if re.search(r"\d+ (passed|failed)", line)), tail[-1] if tail else "no output")
+    record("cuda tests", "summary", summary.strip("= "), "", " ".join(CUDA_TESTS))
+    for line in tail:
+        if line.startswith(("FAILED", "ERROR")):
+            record("cuda tests", "failed", line[:220])
+
+
+@guarded("exactness fp32")
+def exactness_135m(n: int) -> None:
+    target = random_model(SMOLLM2_135M, "llama", torch.float32)
+    draft = random_model({**SMOLLM2_135M, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "num_key_value_heads": 2}, "llama", torch.float32, seed=1)
+    head = FeatureHead(target.model.config, (3, 14, 29)).to(device=DEVICE, dtype=torch.float32).eval()
+    cases = [("ar", 0)] + [(d, g) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3)]
+    for prompt_set, ids in enumerate(prompts(3, SMOLLM2_135M["vocab_size"])):
+        ref = generate(target, ids, n)
+        for name, gamma in cases:
+            capacity = len(ids) + n + 1
+            cached = cached_model(target, capacity=capacity, graphs=GRAPHS, taps=(3, 14, 29) if name == "feature head" else ())
+            drafters = []
+            if name == "draft":
+                drafters = [ModelDrafter(cached_model(draft, target.vocab_size, capacity=capacity, graphs=GRAPHS))]
+            elif name == "ngram":
+                drafters = [NGramDrafter()]
+            elif name == "feature head":
+                drafters = [FeatureDrafter(head, cached, None, "head", capacity)]
+            out = emitted(decode(cached, ids, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n))
+            d = first_difference(out, ref)
+            note = "" if d is None else f"first difference at {d}, top-2 margin {top2_margin(target, ids + ref[:d]):.5f}"
+            label = f"135M-shape {name} γ={gamma} prompt {prompt_set} (len {len(ids)})"
+            record("exactness fp32", label, "equal" if d is None else "DIFFERS", "", note)
+
+
+@guarded("eagle-3 exactness fp32")
+def exactness_eagle3(n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for family, layout, options in (("llama", "eagle", {}), ("llama", "speculators", {"norm_before_residual": True}),
+                                        ("qwen3", "eagle", {"own_embed": True})):
+            path = tiny_target_dir(Path(tmp) / f"{family}-{layout}", family, vocab=512, hidden=128, layers=8, heads=4, kv_heads=2)
+            lm = load_model(str(path), family, torch.device(DEVICE), torch.float32)
+            head_path = write_head(Path(tmp) / f"head-{family}-{layout}", lm.model.config, layout=layout, draft_ids=list(range(0, 512, 3)),
+                                   **options)
+            head = load_eagle3(head_path, lm.model)
+            matched = positions = same = 0
+            for ids in prompts(3, 512, lengths=(8, 30, 90)):
+                for gamma in (1, 3, 6):
+                    cached = cached_model(lm, capacity=len(ids) + n + 1, graphs=GRAPHS, taps=head.taps)
+                    events = list(decode(cached, ids, drafters=[Eagle3Drafter(head, cached)], policy=LengthPolicy(gamma), max_new_tokens=n))
+                    matched += emitted(events) == generate(lm, ids, n)
+                    tokens = list(ids)
+                    for e in events[:6]:
+                        if e.draft_ids:
+                            ref = reference_drafts(head_path, lm.model, tokens, len(e.draft_ids))
+                            positions, same = positions + len(ref), same + sum(a == b for a, b in zip(e.draft_ids, ref))
+                        tokens += e.emitted_ids
+            record("eagle-3 exactness fp32", f"tiny {family} + {layout} head: runs equal to generate", f"{matched}/9", "runs")
+            record("eagle-3 exactness fp32", f"tiny {family} + {layout} head: drafts equal to the reference forward", f"{same}/{positions}",
+                   "positions")
+
+
+def timed(fn) -> float:
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+BANDWIDTH: list[float] = []
+
+
+@guarded("8B bandwidth")
+def bandwidth() -> None:
+    x = torch.empty(2**28 if DEVICE == "cuda" else 2**22, dtype=torch.float32, device=DEVICE)  # 1 GiB on the GPU
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    seconds = statistics.median(timed(lambda: y.copy_(x)) for _ in range(10))
+    rate = 2 * x.numel() * 4 / seconds  # bytes read and written
+    record("8B bandwidth", "device-to-device copy (read + write)", round(rate / 1e12, 3), "TB/s")
+    BANDWIDTH.append(rate)
+
+
+@guarded("8B AR")
+def ar_8b(target: LoadedModel, n: int, rounds: int) -> None:
+    weight_bytes = sum(p.numel() * p.element_size() for p in target.model.parameters())
+    record("8B AR", "weight bytes", round(weight_bytes / 1e9, 2), "GB", "random Qwen3-8B shape, bf16")
+    if BANDWIDTH:
+        record("8B AR", "bandwidth limit (weight bytes ÷ copy bandwidth)", round(BANDWIDTH[0] / weight_bytes, 1), "tok/s")
+    first = prompts(1, target.vocab_size, lengths=(128,))[0]
+    capacity = len(first) + n + 1
+    steady = cached_model(target, capacity=capacity, graphs=GRAPHS)
+    configs = {  # each round's prompt starts with another token, so every run prefills the whole prompt
+        "transformers generate": lambda p: generate(target, p, n),
+        "engine, graphs on (captured in this run)": lambda p: list(decode(cached_model(target, capacity=capacity, graphs=GRAPHS), p,
+                                                                          max_new_tokens=n)),
+        "engine, graphs on (already captured)": lambda p: list(decode(steady, p, max_new_tokens=n)),
+        "engine, graphs off (static shapes)": lambda p: list(decode(cached_model(target, capacity=capacity), p, max_new_tokens=n)),
+        "engine, growing cache (the CPU path)": lambda p: list(decode(cached_model(target), p, max_new_tokens=n)),
+    }
+    for fn in configs.values():  # warm-up: kernels, cuBLAS handles, the steady graphs
+        fn(first)
+    times: dict[str, list[float]] = {k: [] for k in configs}
+    for r in range(rounds):
+        prompt = [r + 1] + first[1:]
+        for label, fn in configs.items():
+            times[label].append(timed(lambda fn=fn, prompt=prompt: fn(prompt)))
+    base = statistics.median(times["transformers generate"])
+    for label, ts in times.items():
+        median = statistics.median(ts)
+        of_limit = f"; {n / median * weight_bytes / BANDWIDTH[0]:.2f} of the bandwidth limit" if BANDWIDTH else ""
+        record("8B AR", label, round(n / median, 1), "tok/s", f"{n} tokens after a {len(first)}-token prompt, prefill included; median "
+               f"of {rounds} interleaved rounds; {base / median:.2f}× generate{of_limit}")
+
+
+@guarded("8B verify cost")
+def verify_cost(target: LoadedModel, context: int = 512, reps: int = 10) -> None:
+    ids = prompts(1, target.vocab_size, lengths=(context + 8,))[0]
+    for graphs in sorted({GRAPHS, False}, reverse=True):
+        cached = cached_model(target, capacity=context + 9, graphs=graphs)
+        cached.forward(ids[:context], keep=1)
+        costs = {}
+        for k in range(1, 9):
+            feed = ids[:context + k]
+            for _ in range(2):  # the graph of this length is captured here
+                cached.forward(feed, keep=k)
+            costs[k] = statistics.median(timed(lambda feed=feed, k=k, cached=cached: cached.forward(feed, keep=k)) for _ in range(reps))
+        mode = f"graphs {'on' if graphs else 'off'}"
+        ms = " ".join(f"{1e3 * c:.2f}" for c in costs.values())
+        record("8B verify cost", f"{mode}: ms for 1..8 fed tokens", ms, "ms", f"after {context} cached positions, median of {reps}")
+        record("8B verify cost", f"{mode}: cost relative to 1 token", " ".join(f"{c / costs[1]:.2f}" for c in costs.values()))
+
+
+@guarded("8B speculative step")
+def speculative_split(target: LoadedModel, n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        head_path = write_head(Path(tmp) / "head", target.model.config, draft_ids=list(range(32000)), std=0.02, dtype=torch.bfloat16,
+                               device=DEVICE)
+        head = load_eagle3(head_path, target.model)
+    prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
+    for gamma in (3, 6):
+        runs = []
+        for _ in range(2):  # the first run captures the graphs
+            cached = cached_model(target, capacity=len(prompt) + n + 1, graphs=GRAPHS, taps=head.taps)
+            runs.append(list(decode(cached, prompt, drafters=[Eagle3Drafter(head, cached)], policy=LengthPolicy(gamma), max_new_tokens=n)))
+        steps = [e for e in runs[-1][1:] if e.draft_ids]
+        split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
+        record("8B speculative step", f"EAGLE-3 head γ={gamma}: draft / verify / overhead / total per step",
+               " / ".join(f"{v:.2f}" for v in split.values()), "ms",
+               f"median over {len(steps)} steps; accepted {sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} "
+               "drafts (random head)")
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu smoke run"
+
+
+def write(out_dir: Path, started: float) -> Path:
+    gpu = re.sub(r"[^A-Za-z0-9]+", "-", device_name()).strip("-").lower()
+    stem = out_dir / f"{datetime.date.today().isoformat()}-{gpu}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["section", "metric", "value", "unit", "note"])
+        w.writeheader()
+        w.writerows(ROWS)
+    lines = [f"# GPU check: {device_name()}", "",
+             f"`bash scripts/gpu_check.sh` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit "
+             f"{os.environ.get('SPECVIZ_COMMIT', 'unknown')}; torch {torch.__version__}, transformers {transformers.__version__}, "
+             f"CUDA {torch.version.cuda}; {time.perf_counter() - started:.0f} s in all. Random weights throughout (see "
+             "scripts/gpu_check.py): costs and exactness, not acceptance.", ""]
+    section = None
+    for row in ROWS:
+        if row["section"] != section:
+            section = row["section"]
+            lines += ["", f"## {section}", "", "| metric | value | unit | note |", "|---|---|---|---|"]
+        lines.append(f"| {row['metric']} | {row['value']} | {row['unit']} | {row['note']} |")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return stem
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "cuda")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--test-seconds", type=int, default=150)
+    ap.add_argument("--smoke", action="store_true", help="try the script on the CPU with tiny shapes (no graphs, no tests)")
+    a = ap.parse_args()
+    global DEVICE, GRAPHS, QWEN3_8B, SMOLLM2_135M
+    if a.smoke:
+        DEVICE, GRAPHS = "cpu", False
+        small = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+        SMOLLM2_135M = {**SMOLLM2_135M, **small, "vocab_size": 2048, "head_dim": 32}
+        QWEN3_8B = {**QWEN3_8B, **small, "vocab_size": 40000, "num_hidden_layers": 8}
+    started = time.perf_counter()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    total = f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB" if DEVICE == "cuda" else ""
+    record("machine", "gpu", device_name(), "", total)
+    if not a.smoke:
+        cuda_tests(a.test_seconds)
+    exactness_135m(48)
+    exactness_eagle3(40)
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    bandwidth()
+    target = random_model(QWEN3_8B, "qwen3", torch.bfloat16)
+    ar_8b(target, a.tokens, a.rounds)
+    verify_cost(target)
+    speculative_split(target, 48)
+    stem = write(a.out, started)
+    print(f"wrote {stem}.md and .csv", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""Published EAGLE-3 heads as drafts: the EAGLE layout (SafeAILab/EAGLE, yuhuili, AngelSlim) and the speculators layout
+(RedHatAI), read into one head whose forward follows the reference (EAGLE's ``eagle/model/cnets.py``, vLLM's
+``llama_eagle3.py``).
+
+The head drafts from the target's residual stream at three depths: ``hidden_states[j]`` in transformers' numbering
+(the input of decoder layer j, the output of layer j − 1), j = 2, L//2, L − 3 by default or the checkpoint's
+``eagle_aux_hidden_state_layer_ids`` read the same way (vLLM's convention; SGLang adds one to explicit ids). They are
+concatenated low to high and ``fc`` maps them to the head's width: g[t]. At position t the head's one decoder layer
+feeds ``concat(input_layernorm(embed(x[t+1])), hidden_norm(g[t]))`` to attention, with g[t] as the residual
+(normalised first where ``norm_before_residual``), then the post-attention norm, the MLP and their residual. Its
+output h[t] goes through ``norm`` to ``lm_head`` over the draft vocabulary, whose index i is target id i + d2t[i].
+Later drafts of a step feed h back in place of g, without ``fc``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specviz.core.cache import CachedModel, Forward, TreeRows
+from specviz.core.drafters import Draft, Drafter, StopRule, level_record, state_expander
+from specviz.core.errors import ModelLoadError, first_line
+from specviz.core.registry import DRAFTERS
+from specviz.core.sampling import Sampler
+from specviz.core.tree import Expander
+from specviz.methods.feature_head import ForwardTimer
+from specviz.models.backends.lean import rms_norm, rotate
+
+LAYER_KEYS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+              "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
+              "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+LAYER_PREFIXES = ("midlayer.", "layers.0.")  # the EAGLE layout, the speculators layout
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """What a head's ``config.json`` says: its layout, its layer's Llama fields and what it expects of the target."""
+
+    path: Path
+    layout: str
+    layer: dict
+    vocab_size: int
+    target_hidden: int | None
+    aux_ids: tuple[int, ...] | None
+    norm_before_residual: bool
+    verifier: tuple[str, ...]
+
+    def hidden_ids(self, n_layers: int) -> tuple[int, ...]:
+        """The ``hidden_states`` indices the head reads from a target of ``n_layers`` decoder layers, low to high."""
+        return self.aux_ids or (2, n_layers // 2, n_layers - 3)
+
+
+def is_head_config(config: dict) -> bool:
+    """Whether a ``config.json`` describes an EAGLE-3 head in either published layout."""
+    archs = " ".join(config.get("architectures") or []).lower()
+    return (config.get("speculators_model_type") == "eagle3" or "speculators_config" in config or "eagle3" in archs
+            or ("draft_vocab_size" in config and config.get("num_hidden_layers") == 1) or "eagle_config" in config)
+
+
+def read_spec(path: Path) -> HeadSpec:
+    """The :class:`HeadSpec` of the head directory ``path`` (a one-line ModelLoadError if it is none)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"EAGLE-3 head '{path}': cannot read config.json: {first_line(exc)[:160]}") from None
+    if not is_head_config(config):
+        raise ModelLoadError(f"'{path}' is not an EAGLE-3 head: its config.json has neither the EAGLE nor the speculators layout")
+    speculators = "transformer_layer_config" in config or "speculators_config" in config
+    layer = dict(config["transformer_layer_config"]) if speculators else dict(config)
+    eagle = config.get("eagle_config") or {}
+    aux = config.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
+    verifier = (config.get("speculators_config") or {}).get("verifier") or {}
+    return HeadSpec(path, "speculators" if speculators else "eagle", layer, int(layer.get("vocab_size") or config.get("vocab_size")),
+                    config.get("target_hidden_size") or layer.get("target_hidden_size"), tuple(int(i) for i in aux) if aux else None,
+                    bool(config.get("norm_before_residual", False)), tuple(verifier.get("architectures") or ()))
+
+
+def head_dir(source: object) -> Path | None:
+    """The local directory of an EAGLE-3 head named by ``source`` (a directory or a hub id), None if it names none.
+    A hub id is looked up by its config.json alone (the weights come when the head is built)."""
+    if not isinstance(source, str | Path):
+        return None
+    path = Path(source)
+    if not path.is_dir():
+        text = str(source)
+        if text.startswith((".", "/")) or text.count("/") != 1:
+            return None
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(text, "config.json")).parent
+        except Exception:  # offline, unknown or gated: the model drafter's loader says why in one line
+            return None
+    try:
+        return path if is_head_config(json.loads((path / "config.json").read_text())) else None
+    except (OSError, ValueError):
+        return None
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The head's tensors, the decoder layer's under ``layer.`` whichever layout named it."""
+    file = next((path / f for f in WEIGHT_FILES if (path / f).is_file()), None)
+    if file is None:
+        raise ModelLoadError(f"EAGLE-3 head '{path}' has no {' or '.join(WEIGHT_FILES)}")
+    try:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            raw = load_file(str(file))
+        else:
+            raw = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read EAGLE-3 head '{file}': {first_line(exc)[:160]}") from None
+    out = {}
+    for key, tensor in raw.items():
+        prefix = next((p for p in LAYER_PREFIXES if key.startswith(p)), None)
+        out["layer." + key[len(prefix):] if prefix else key] = tensor
+    return out
+
+
+class HeadCache:
+    """One sequence's keys and values in a head's layer (kv heads, positions, head dim); rollback is writing over."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k``, ``v`` (kv heads, t, head dim) at positions start..; the keys and values of positions 0..start+t−1."""
+        end, have = start + k.shape[1], 0 if self.k is None else self.k.shape[1]
+        if end > have:
+            shape = (k.shape[0], max(end, 2 * have, 256), k.shape[2])
+            grown_k, grown_v = k.new_zeros(shape), v.new_zeros(shape)
+            if have:
+                grown_k[:, :have], grown_v[:, :have] = self.k, self.v
+            self.k, self.v = grown_k, grown_v
+        self.k[:, start:end], self.v[:, start:end] = k, v
+        return self.k[:, :end], self.v[:, :end]
+
+
+class Eagle3Head:
+    """A published head's weights on the target's device and dtype, checked against the target, and its forward."""
+
+    def __init__(self, spec: HeadSpec, weights: dict[str, torch.Tensor], target: torch.nn.Module, dtype: torch.dtype | None = None):
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        name, tc = spec.path, target.config
+        required = ["fc.weight", "norm.weight", "lm_head.weight", *("layer." + k for k in LAYER_KEYS)]
+        missing = [k for k in required if k not in weights]
+        if missing:
+            raise ModelLoadError(f"EAGLE-3 head '{name}': unknown layout, no {missing[0]} (it has {', '.join(sorted(weights)[:4])}, …)")
+        width = weights["fc.weight"].shape[1]
+        if width % 3 or (spec.target_hidden or width // 3) != tc.hidden_size or width // 3 != tc.hidden_size:
+            raise ModelLoadError(f"EAGLE-3 head '{name}' reads target states of width {spec.target_hidden or width // 3}; "
+                                 f"this target's hidden size is {tc.hidden_size}")
+        target_archs = tuple(tc.architectures or ())
+        if spec.vocab_size != tc.vocab_size or (spec.verifier and target_archs and not set(spec.verifier) & set(target_archs)):
+            raise ModelLoadError(f"EAGLE-3 head '{name}' was trained for a {'/'.join(spec.verifier) or 'target'} with a "
+                                 f"{spec.vocab_size}-token vocabulary; this target is a {'/'.join(target_archs) or tc.model_type} "
+                                 f"with {tc.vocab_size}: a head drafts only for its own target family")
+        draft_vocab = weights["lm_head.weight"].shape[0]
+        if draft_vocab < tc.vocab_size and "d2t" not in weights:
+            raise ModelLoadError(f"EAGLE-3 head '{name}' scores {draft_vocab} of the target's {tc.vocab_size} tokens but has no d2t "
+                                 "to map them to target ids")
+        n_layers = tc.num_hidden_layers
+        self.hidden_ids = spec.hidden_ids(n_layers)
+        if not all(1 <= j <= n_layers for j in self.hidden_ids):
+            raise ModelLoadError(f"EAGLE-3 head '{name}' reads hidden_states {list(self.hidden_ids)}; this target has "
+                                 f"hidden_states 1..{n_layers} (0, the embeddings, is not read)")
+        device, self.dtype = target.device, dtype or target.dtype
+        self.w = {k: v.to(device=device, dtype=self.dtype) for k, v in weights.items() if k not in ("d2t", "t2d")}
+        d2t = weights.get("d2t", torch.zeros(draft_vocab, dtype=torch.long)).to(device=device, dtype=torch.long)
+        self.vocab_ids = torch.arange(draft_vocab, device=device) + d2t
+        self.embed = self.w.get("embed_tokens.weight", target.model.embed_tokens.weight.to(self.dtype))
+        config = LlamaConfig(**{k: v for k, v in spec.layer.items() if k not in ("architectures", "auto_map")})
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.eps, self.norm_before_residual = config.rms_norm_eps, spec.norm_before_residual
+        self.rotary = LlamaRotaryEmbedding(config).to(device)
+
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """The target's decoder layers whose outputs the head reads (output of layer j − 1 = hidden_states[j])."""
+        return tuple(sorted({j - 1 for j in self.hidden_ids}))
+
+    def fuse(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
+        """g: ``fc`` over the tapped states (fed, 3·H_target), concatenated low to high."""
+        return F.linear(torch.cat([layers[j - 1] for j in self.hidden_ids], -1).to(self.dtype), self.w["fc.weight"])
+
+    def forward(self, states: torch.Tensor, next_ids: list[int], start: int, cache: HeadCache,
+                rows: TreeRows | None = None) -> torch.Tensor:
+        """Pre-norm outputs h (t, H) at positions start..start+t−1 from the states g (t, H) and the next tokens; their
+        keys and values replace ``cache``'s from ``start`` on. Nodes of a token tree take their positions and mask from
+        ``rows``."""
+        w, t = self.w, states.shape[0]
+        end = start + t
+        emb = rms_norm(F.embedding(torch.tensor(next_ids, device=states.device), self.embed), w["layer.input_layernorm.weight"], self.eps)
+        normed = rms_norm(states, w["layer.hidden_norm.weight"], self.eps)
+        x = torch.cat([emb, normed], -1)
+        positions = torch.arange(start, end, device=x.device) if rows is None else rows.positions.to(x.device)
+        cos, sin = self.rotary(x, positions[None])
+        q = rotate(F.linear(x, w["layer.self_attn.q_proj.weight"]).view(t, self.heads, self.head_dim).transpose(0, 1), cos, sin)
+        k = rotate(F.linear(x, w["layer.self_attn.k_proj.weight"]).view(t, self.kv_heads, self.head_dim).transpose(0, 1), cos, sin)
+        v = F.linear(x, w["layer.self_attn.v_proj.weight"]).view(t, self.kv_heads, self.head_dim).transpose(0, 1)
+        keys, values = cache.write(k, v, start)
+        mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(start) if rows is None else rows.visible.to(x.device)
+        y = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
+        h = (normed if self.norm_before_residual else states) + F.linear(y[0].transpose(0, 1).reshape(t, -1), w["layer.self_attn.o_proj.weight"])
+        m = rms_norm(h, w["layer.post_attention_layernorm.weight"], self.eps)
+        return h + F.linear(F.silu(F.linear(m, w["layer.mlp.gate_proj.weight"])) * F.linear(m, w["layer.mlp.up_proj.weight"]),
+                            w["layer.mlp.down_proj.weight"])
+
+    def logits(self, h: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Logits over the target's ``vocab_size`` ids from pre-norm outputs h (t, H): the draft vocabulary's scores
+        at their target ids, −inf elsewhere."""
+        scores = F.linear(rms_norm(h, self.w["norm.weight"], self.eps), self.w["lm_head.weight"]).float()
+        return scores.new_full((h.shape[0], vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)
+
+
+def load_eagle3(source: str | Path, target: torch.nn.Module) -> Eagle3Head:
+    """The published head ``source`` (a directory or hub id) for ``target``, on its device and in its dtype."""
+    path = head_dir(source)
+    if path is None:
+        raise ModelLoadError(f"'{source}' is not an EAGLE-3 head directory or hub id")
+    if not Path(source).is_dir() and not any((path / f).is_file() for f in WEIGHT_FILES):
+        from huggingface_hub import snapshot_download
+
+        try:
+            path = Path(snapshot_download(str(source), allow_patterns=["*.json", *WEIGHT_FILES]))
+        except Exception as exc:
+            raise ModelLoadError(f"cannot download EAGLE-3 head '{source}': {first_line(exc)[:160]}") from None
+    return Eagle3Head(read_spec(path), read_weights(path), target)
+
+
+@DRAFTERS.register("A published EAGLE-3 head (EAGLE or speculators layout) drafting from the target's states.", name="eagle3")
+class Eagle3Drafter(Drafter):
+    """Drafts with an :class:`Eagle3Head`: :meth:`observe` keeps g of every position the target computes; a proposal
+    first feeds the head every committed position it lacks with those true states (replacing whatever drafts of a
+    rejected branch left in its cache), then drafts from its own outputs."""
+
+    reads_features = True
+
+    @classmethod
+    def claims(cls, source: object) -> bool:
+        return head_dir(source) is not None
+
+    @classmethod
+    def reads_layers(cls, source: object, n_layers: int) -> tuple[int, ...]:
+        spec = read_spec(head_dir(source))
+        return tuple(sorted({j - 1 for j in spec.hidden_ids(n_layers)}))
+
+    @classmethod
+    def preload(cls, source: object, bank, target) -> None:
+        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
+        bank.eagle3(str(source), target)
+
+    @classmethod
+    def from_source(cls, name: str, source: object, context) -> Eagle3Drafter:
+        return cls(context.bank.eagle3(str(source), context.target_lm), context.target, name)
+
+    def __init__(self, head: Eagle3Head, target: CachedModel, name: str = "eagle3"):
+        if not set(head.taps) <= set(target.taps):
+            raise ValueError(f"the EAGLE-3 drafter reads the target's states: build the target with taps={head.taps}")
+        self.name, self.head, self.target = name, head, target
+        self.timer = ForwardTimer(name, target.lm.device)
+        self.models = [self.timer]
+        self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i with the target's g[i]
+        self.states: torch.Tensor | None = None  # g[i] at row i
+        self.cache = HeadCache()
+
+    def observe(self, target: Forward) -> None:
+        g = self.head.fuse(target.layers)
+        end, have = target.start + g.shape[0], 0 if self.states is None else self.states.shape[0]
+        if end > have:
+            grown = g.new_zeros((max(end, 2 * have, 256), g.shape[1]))
+            if have:
+                grown[:have] = self.states
+            self.states = grown
+        self.states[target.start:end] = g
+
+    def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
+        t0 = self.timer.times.start()
+        h = self.head.forward(states, next_ids, start, self.cache, rows)
+        self.timer.times.stop(t0)
+        return h
+
+    def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
+        """Feed positions before ``upto`` the head has not read with the target's states; the last output."""
+        if upto <= 0:
+            return None
+        valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
+        valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
+        self.fed = tokens[1:upto + 1]
+        return self._run(self.states[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        watch = self.timer.times.watch
+        start, n, forwards, ids, qs = watch.mark(), len(tokens) - 1, self.timer.forwards, [], []
+        h = self._catch_up(tokens, n) if gamma > 0 else None
+        while h is not None and len(ids) < gamma:
+            logits = self.head.logits(h, self.target.vocab_size)[0]
+            q = sampler.probs(logits)
+            if stop is not None and stop(q):
+                break
+            ids.append(int(sampler.pick(logits, q)))
+            qs.append(q)
+            if len(ids) < gamma:
+                h = self._run(h, ids[-1:], n + len(ids) - 1)
+        work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
+        return Draft(ids, torch.stack(qs) if qs else None, self.name, {"levels": [work]})
+
+    @torch.inference_mode()
+    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+        n, vocab = len(tokens) - 1, self.target.vocab_size
+        return state_expander(self._catch_up(tokens, n), n, self._run, lambda h: self.head.logits(h, vocab), vocab, sampler)
+
+    @torch.inference_mode()
+    def prefill(self, tokens: list[int]) -> None:
+        self._catch_up(tokens, len(tokens) - 2)
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        return len(tokens) >= 2
