@@ -54,10 +54,12 @@ def write_head(path: Path, target_config, *, layout: str = "eagle", draft_ids: l
     def norm(n: int) -> torch.Tensor:
         return (1 + torch.randn(n, generator=g, device=device) * 0.1).to(dtype)
 
-    layer = {"self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden), "self_attn.k_proj.weight": rand(kv_heads * head_dim, 2 * hidden),
+    layer = {"self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden),
+             "self_attn.k_proj.weight": rand(kv_heads * head_dim, 2 * hidden),
              "self_attn.v_proj.weight": rand(kv_heads * head_dim, 2 * hidden), "self_attn.o_proj.weight": rand(hidden, heads * head_dim),
              "input_layernorm.weight": norm(hidden), "hidden_norm.weight": norm(hidden), "post_attention_layernorm.weight": norm(hidden),
-             "mlp.gate_proj.weight": rand(inter, hidden), "mlp.up_proj.weight": rand(inter, hidden), "mlp.down_proj.weight": rand(hidden, inter)}
+             "mlp.gate_proj.weight": rand(inter, hidden), "mlp.up_proj.weight": rand(inter, hidden),
+             "mlp.down_proj.weight": rand(hidden, inter)}
     prefix = "midlayer." if layout == "eagle" else "layers.0."
     weights = {prefix + k: v for k, v in layer.items()}
     weights |= {"fc.weight": rand(hidden, 3 * hidden, scale=std / 2), "norm.weight": norm(hidden), "lm_head.weight": rand(len(ids), hidden)}
@@ -103,7 +105,8 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 def _rope(x: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding of x (heads, t, d) at positions 0..t-1 (rotate-half convention)."""
     d, t = x.shape[-1], x.shape[-2]
-    freqs = torch.arange(t, dtype=torch.float64, device="cpu")[:, None] / theta ** (torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d)
+    inv_freq = 1 / theta ** (torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d)
+    freqs = torch.arange(t, dtype=torch.float64, device="cpu")[:, None] * inv_freq
     cos, sin = torch.cat([freqs.cos(), freqs.cos()], -1).to(x), torch.cat([freqs.sin(), freqs.sin()], -1).to(x)
     return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1) * sin
 
@@ -122,8 +125,8 @@ def reference_drafts(head_dir: Path, target, tokens: list[int], gamma: int) -> l
     eps, theta = layer_config["rms_norm_eps"], layer_config.get("rope_theta", 10000.0)
     heads, kv_heads, d = layer_config["num_attention_heads"], layer_config["num_key_value_heads"], layer_config["head_dim"]
     n_layers = target.config.num_hidden_layers
-    aux = config.get("eagle_aux_hidden_state_layer_ids") or (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
-        or [2, n_layers // 2, n_layers - 3]
+    aux = sorted(config.get("eagle_aux_hidden_state_layer_ids") or (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+                 or [2, n_layers // 2, n_layers - 3])
     nbr = bool(config.get("norm_before_residual", False))
     with torch.no_grad():
         out = target(input_ids=torch.tensor([tokens[:-1]], device=target.device), output_hidden_states=True)

@@ -31,7 +31,7 @@ HEADS = {  # name: (target family, write_head options)
     "eagle-own-embed-bin": ("llama", {"own_embed": True, "weights_file": "pytorch_model.bin"}),
     "speculators": ("llama", {"layout": "speculators"}),
     "speculators-norm-before-residual": ("llama", {"layout": "speculators", "norm_before_residual": True, "own_embed": True}),
-    "eagle-qwen3-explicit-layers": ("qwen3", {"aux_ids": [1, 3, 5]}),
+    "eagle-qwen3-explicit-layers": ("qwen3", {"aux_ids": [5, 1, 3]}),
 }
 
 

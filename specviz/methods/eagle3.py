@@ -51,8 +51,9 @@ class HeadSpec:
     verifier: tuple[str, ...]
 
     def hidden_ids(self, n_layers: int) -> tuple[int, ...]:
-        """The ``hidden_states`` indices the head reads from a target of ``n_layers`` decoder layers, low to high."""
-        return self.aux_ids or (2, n_layers // 2, n_layers - 3)
+        """The ``hidden_states`` indices the head reads from a target of ``n_layers`` decoder layers, low to high (as the
+        reference and vLLM collect them, in layer order)."""
+        return tuple(sorted(self.aux_ids or (2, n_layers // 2, n_layers - 3)))
 
 
 def is_head_config(config: dict) -> bool:
@@ -211,7 +212,8 @@ class Eagle3Head:
         keys, values = cache.write(k, v, start)
         mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(start) if rows is None else rows.visible.to(x.device)
         y = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
-        h = (normed if self.norm_before_residual else states) + F.linear(y[0].transpose(0, 1).reshape(t, -1), w["layer.self_attn.o_proj.weight"])
+        attended = F.linear(y[0].transpose(0, 1).reshape(t, -1), w["layer.self_attn.o_proj.weight"])
+        h = (normed if self.norm_before_residual else states) + attended
         m = rms_norm(h, w["layer.post_attention_layernorm.weight"], self.eps)
         return h + F.linear(F.silu(F.linear(m, w["layer.mlp.gate_proj.weight"])) * F.linear(m, w["layer.mlp.up_proj.weight"]),
                             w["layer.mlp.down_proj.weight"])

@@ -33,7 +33,8 @@ def supports_lean(lm: LoadedModel) -> bool:
     single tensor-parallel slice."""
     c = lm.model.config
     rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    return (c.model_type in ("llama", "qwen3") and not c.attention_bias and not getattr(c, "use_sliding_window", False) and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
+    return (c.model_type in ("llama", "qwen3") and not c.attention_bias and not getattr(c, "use_sliding_window", False)
+            and not getattr(c, "mlp_bias", False) and c.hidden_act == "silu"
             and getattr(c, "pretraining_tp", 1) == 1 and rope.get("rope_type", "default") == "default")
 
 
