@@ -117,6 +117,8 @@ SELECT = "online + select(head, draft-m, ngram)"
 POLICY_PAIRS = [("online", "fixed γ=3"), ("online", "fixed γ=2"), ("online", "fixed γ=5"), ("online", "hf-heuristic"),
                 ("fsm", "hf-heuristic")]
 SELECTION_PAIRS = [(SELECT, "online head"), (SELECT, "online draft-m"), (SELECT, "online ngram")]
+TREE_PAIRS = [(f"{d} {kind} tree 4 (5 rows)", f"{d} chain γ=4 (5 rows)") for d in ("head", "draft-m") for kind in ("dynamic", "static")]
+"""Trees against chains that verify as many rows."""
 
 TABLES = {
     "headline": dict(kind="summary", csv="heads", rows=["ar", "head-v1 γ=2", "head-v1 γ=3", "head γ=2", "head γ=3"],
@@ -149,6 +151,8 @@ TABLES = {
     "judge-paper-head": dict(kind="summary", csv="judge", columns=QUALITY),
     "judge-bundled": dict(kind="summary", csv="judge_confidence", columns=QUALITY),
     "judge-head-draft": dict(kind="summary", csv="judge_head_draft", columns=QUALITY),
+    "trees": dict(kind="summary", csv="trees", columns=FULL),
+    "trees-pairs": dict(kind="pairs", csv="trees", pairs=TREE_PAIRS),
     "cuda-peer": dict(kind="pairs", csv="cuda/speed_bf16", accept=True, pairs=[
         ("engine ar", "hf generate (AR)"), ("engine sd early-4 γ=4", "hf-assisted early-4 γ=4"),
         ("engine sd draft-m γ=4", "hf-assisted draft-m γ=4"), ("engine sd draft-m γ=4, full draft vocab", "hf-assisted draft-m γ=4")]),

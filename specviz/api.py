@@ -1,13 +1,15 @@
 """The Python API: ``speculate`` runs one decode and returns a :class:`Trace`; ``stream`` yields its steps as they
 happen. Both take what the CLI takes: a preset, draft names, hub ids or local directories, and also models that
 are already loaded. Settings are :class:`~specviz.runtime.config.DecodeConfig`'s names; mistakes raise the
-one-line :class:`~specviz.core.errors.ConfigError` or :class:`~specviz.core.errors.ModelLoadError`."""
+one-line :class:`~specviz.core.errors.ConfigError` (naming settings as keyword arguments, ``gamma=``) or
+:class:`~specviz.core.errors.ModelLoadError`."""
 
 from __future__ import annotations
 
 import html
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import MISSING, astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,8 @@ from specviz.core.errors import ConfigError
 from specviz.models.loading import describe_hardware
 from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
 from specviz.runtime.bank import ModelBank, target_dtype
-from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import PreparedRun, RunPlan, prepare
+from specviz.runtime.config import DecodeConfig, respelled
+from specviz.runtime.prepare import RunPlan, baseline_config, prepare
 from specviz.viz import charts
 from specviz.viz.export import race_series, run_label, trace_headline, trace_page
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
@@ -36,7 +38,7 @@ def bank() -> ModelBank:
     return _bank
 
 
-TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 1
+TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 2  # 2: a step may hold a token tree ("tree")
 MAX_TRACE_BYTES = 32 * 2**20
 
 
@@ -176,8 +178,22 @@ def _is_model(value: Any) -> bool:
     return hasattr(value, "config") and hasattr(value, "forward")
 
 
-def _prepared(prompt: str, target: Any, draft: Any, tokenizer: Any, settings: dict) -> PreparedRun:
-    """Settings and models as ``prepare`` takes them: names resolve through the preset, objects pass along."""
+def keyword(name: str) -> str:
+    """A setting as this API's errors name it: its keyword argument (``select=``)."""
+    return f"{name}="
+
+
+@contextmanager
+def _api_names() -> Iterator[None]:
+    """ConfigErrors raised inside name settings as this API's keyword arguments, not as CLI options."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise respelled(exc, keyword) from None
+
+
+def _inputs(target: Any, draft: Any, tokenizer: Any, settings: dict) -> tuple[DecodeConfig, dict]:
+    """The run's config and ``prepare``'s model arguments: names resolve through the preset, objects pass along."""
     settings = dict(settings)
     if isinstance(target, str) and target in PRESETS:
         settings["preset"], target = target, None
@@ -196,7 +212,7 @@ def _prepared(prompt: str, target: Any, draft: Any, tokenizer: Any, settings: di
         target, tokenizer = _target(target, tokenizer, config)
         if drafts is None and config.method == "sd" and not (config.chain or config.select):
             drafts = [(NGRAM_DRAFT, NGRAM_DRAFT)]  # the preset's drafts belong to the preset's target
-    return prepare(config, prompt, bank(), target=target, tokenizer=tokenizer, drafts=drafts)
+    return config, {"target": target, "tokenizer": tokenizer, "drafts": drafts}
 
 
 def _draft_name(draft: Any, index: int) -> str:
@@ -220,7 +236,9 @@ def _target(target: Any, tokenizer: Any, config: DecodeConfig) -> tuple[LoadedMo
 
 def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, **settings: Any) -> Iterator[StepEvent]:
     """Decode ``prompt`` and yield one :class:`~specviz.core.engine.StepEvent` per step (see :func:`speculate`)."""
-    return _prepared(prompt, target, draft, tokenizer, settings).events()
+    with _api_names():
+        config, models = _inputs(target, draft, tokenizer, settings)
+        return prepare(config, prompt, bank(), **models).events()
 
 
 def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, baseline: bool = False,
@@ -230,14 +248,17 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     ``target``: a preset name, hub id, local directory or loaded transformers model (then pass its ``tokenizer``);
     None is the preset's target. ``draft``: a draft name of the preset, ``"ngram"``, a feature-head directory, a hub
     id, a local directory, a loaded model, or a list of them (the engine picks one per step). ``baseline``: also
-    decode autoregressively with the same settings, for the speedup. ``settings``: DecodeConfig's names (gamma,
-    gamma_policy, accept, judge_threshold, chain, temperature, top_p, seed, max_new_tokens, chat=True, method…)."""
-    run = _prepared(prompt, target, draft, tokenizer, settings)
+    decode autoregressively on the same target with the same sampling settings, for the speedup (any method).
+    ``settings``: DecodeConfig's names (gamma, gamma_policy, accept, judge_threshold, chain, select, temperature,
+    top_p, seed, max_new_tokens, chat=True, method…)."""
+    with _api_names():
+        config, models = _inputs(target, draft, tokenizer, settings)
+        run = prepare(config, prompt, bank(), **models)
     trace = trace_of(prompt, run.plan, list(run.events()))
     if baseline:
-        ar = {**settings, "method": "ar"}
-        ar.pop("chain", None)
-        trace.baseline = speculate(prompt, target=target, tokenizer=tokenizer, **ar)
+        with _api_names():
+            ar = prepare(baseline_config(config), prompt, bank(), target=models["target"], tokenizer=models["tokenizer"])
+        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()))
     return trace
 
 

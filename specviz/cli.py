@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.core.policy import MAX_GAMMA
 from specviz.models.presets import OFFLINE_PRESET
-from specviz.runtime.config import DecodeConfig
+from specviz.runtime.config import DecodeConfig, option
 from specviz.training import judge_cli
 
 
@@ -31,17 +32,17 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
     """One option per DecodeConfig field, with its help and choices; a bool field is a flag that flips its default."""
     types = {f.name: f.type for f in fields(DecodeConfig)}
     for name, s in DecodeConfig.settings().items():
-        default, option = getattr(DecodeConfig, name, None), "--" + name.replace("_", "-")
+        default = getattr(DecodeConfig, name, None)
         help = s.help + (f" ({' | '.join(s.options())})" if s.choices is not None else "")
         if types[name] == "bool" and default:
             p.add_argument(f"--no-{name.replace('_', '-')}", dest=name, action="store_false", help=f"do not {help}")
         elif types[name] == "bool":
-            p.add_argument(option, action="store_true", help=help)
+            p.add_argument(option(name), action="store_true", help=help)
         elif types[name] == "list[str]":
-            p.add_argument(option, type=_names, default=[], help=help + ", comma-separated")
+            p.add_argument(option(name), type=_names, default=[], help=help + ", comma-separated")
         else:
             kind = {"int": int, "float": float}.get(types[name], str)
-            p.add_argument(option, type=kind, default=default, help=help + ("" if default is None else f"; default {default}"))
+            p.add_argument(option(name), type=kind, default=default, help=help + ("" if default is None else f"; default {default}"))
 
 
 def config_from_args(a: argparse.Namespace) -> DecodeConfig:
@@ -91,13 +92,13 @@ def read_prompt(a: argparse.Namespace) -> str:
 def cmd_generate(a: argparse.Namespace) -> int:
     from specviz.api import trace_of
     from specviz.runtime.bank import ModelBank
-    from specviz.runtime.prepare import prepare
+    from specviz.runtime.prepare import baseline_config, prepare
 
     config, prompt, bank = config_from_args(a), read_prompt(a), ModelBank()
     run = prepare(config, prompt, bank)
     trace = trace_of(prompt, run.plan, list(run.events()))
     if (a.trace_out or a.html) and config.method == "sd":  # a trace file holds its AR baseline
-        ar = prepare(replace(config, method="ar", draft=None, chain=[], select=[]), prompt, bank)
+        ar = prepare(baseline_config(config), prompt, bank)
         trace.baseline = trace_of(prompt, ar.plan, list(ar.events()))
     for path, write in ((a.trace_out, trace.save), (a.html, trace.to_html)):
         if path is not None:
@@ -142,13 +143,16 @@ def cmd_fit_predictor(a: argparse.Namespace) -> int:
 def cmd_chain_advisor(a: argparse.Namespace) -> int:
     from specviz.analysis.advisor import advise, format_rows
 
-    if not (1 <= a.prompts <= 6 and 1 <= a.gamma <= 16 and 1 <= a.max_new_tokens <= 512 and a.top >= 1):
-        raise ConfigError("chain-advisor needs 1 <= --prompts <= 6, 1 <= --gamma <= 16, 1 <= --max-new-tokens <= 512, --top >= 1")
+    if not (1 <= a.prompts <= 6 and 1 <= a.gamma <= MAX_GAMMA and 1 <= a.max_new_tokens <= 512 and a.top >= 1):
+        raise ConfigError(f"chain-advisor needs 1 <= --prompts <= 6, 1 <= --gamma <= {MAX_GAMMA}, 1 <= --max-new-tokens <= 512, --top >= 1")
     print(format_rows(advise(a.preset, a.prompts, a.gamma, a.max_new_tokens, a.top)))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # stderr holds the one-line error or the run's summary, nothing else
     try:
         a = build_parser().parse_args(argv)
         commands = {"generate": cmd_generate, "bench": cmd_bench, "fit-predictor": cmd_fit_predictor, "judge": judge_cli.run,

@@ -5,8 +5,10 @@ import pytest
 import torch
 
 import specviz
+from specviz.core.registry import GAMMA_POLICIES
 from specviz.models.loading import converted_gguf_dir
 from specviz.models.paths import ASSETS
+from specviz.runtime.prepare import baseline_config
 from specviz.viz.render import legend_html, spans_html
 
 pytestmark = pytest.mark.slow
@@ -50,6 +52,27 @@ def test_a_trace_has_the_clis_json_a_dataframe_a_figure_and_an_inline_view():
     assert "speedup vs AR" in view and legend_html() in view
 
 
+BASELINE_RUNS = {
+    "single draft": {"draft": "draft-s"},
+    "select": {"select": ["head", "ngram"], "gamma_policy": "online"},
+    "chain": {"chain": ["ngram", "draft-s"]},
+    "judge": {"accept": "judge", "draft": "draft-s"},
+    "sampling": {"temperature": 0.8, "seed": 3, "draft": "ngram"},
+    **{f"policy {p}": {"gamma_policy": p, "draft": "ngram"} for p in GAMMA_POLICIES},
+}
+
+
+@pytest.mark.parametrize("settings", BASELINE_RUNS.values(), ids=BASELINE_RUNS)
+def test_every_method_returns_its_baseline(settings):
+    trace = specviz.speculate("Name three colours.", max_new_tokens=6, baseline=True, **settings)
+    base = trace.baseline
+    assert base is not None and base.config == baseline_config(trace.config) and trace.speedup is not None
+    assert base.steps and not any(s.draft_ids for s in base.steps) and base.metrics["new_tokens"] == 6
+    assert trace.to_dict()["baseline"]["config"]["method"] == "ar"
+    if trace.config.temperature == 0 and trace.config.accept == "exact":
+        assert base.token_ids == trace.token_ids  # greedy exact SD is lossless
+
+
 def test_stream_yields_the_steps_speculate_records():
     events = list(specviz.stream("Count to five.", draft="ngram", gamma=2, max_new_tokens=10))
     trace = specviz.speculate("Count to five.", draft="ngram", gamma=2, max_new_tokens=10)
@@ -57,8 +80,8 @@ def test_stream_yields_the_steps_speculate_records():
 
 
 @pytest.mark.parametrize("kwargs, error, fragment", [
-    ({"gamma": 0}, specviz.ConfigError, "--gamma must be between"),
-    ({"gamma_policy": "bogus"}, specviz.ConfigError, "--gamma-policy must be one of"),
+    ({"gamma": 0}, specviz.ConfigError, "gamma= must be between"),
+    ({"gamma_policy": "bogus"}, specviz.ConfigError, "gamma_policy= must be one of"),
     ({"colour": "red"}, specviz.ConfigError, "unknown setting 'colour'"),
     ({"draft": 3.5}, specviz.ConfigError, "draft must be"),
     ({"draft": "no-such-draft"}, specviz.ModelLoadError, "unknown draft"),

@@ -121,3 +121,32 @@ def test_the_contract_catches_a_cycle(monkeypatch):
     monkeypatch.setitem(MODULES, "specviz.core._probe_b", b)
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: texts.get(self) or Path.__dict__["read_bytes"](self).decode())
     assert ["specviz.core._probe_a", "specviz.core._probe_b"] in cycles()
+
+
+UI_MODELS = ("specviz.ui.runs", "specviz.ui.comparison", "specviz.ui.state")
+"""The app's model of a run and of a comparison: state, metrics and exports, beside the layout code."""
+
+
+def reaches_gradio(module: str, seen: set[str] | None = None) -> list[str]:
+    """The chain of specviz imports from ``module`` to gradio, if any (package ``__init__`` files left out)."""
+    seen = set() if seen is None else seen
+    seen.add(module)
+    for target, _ in imports(MODULES[module]):
+        if target.split(".")[0] == "gradio":
+            return [module, target]
+        if target in MODULES and target not in seen and not MODULES[target].name == "__init__.py":
+            chain = reaches_gradio(target, seen)
+            if chain:
+                return [module, *chain]
+    return []
+
+
+@pytest.mark.parametrize("module", UI_MODELS)
+def test_the_uis_model_of_runs_and_comparisons_does_not_need_gradio(module):
+    assert reaches_gradio(module) == []
+
+
+def test_explore_and_compare_share_the_runs_module_instead_of_each_other():
+    for tab, other in (("explore", "compare"), ("compare", "explore")):
+        targets = {t for t, _ in imports(MODULES[f"specviz.ui.{tab}"])}
+        assert "specviz.ui.runs" in targets and f"specviz.ui.{other}" not in targets

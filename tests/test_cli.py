@@ -48,6 +48,8 @@ def assert_one_line_error(r: subprocess.CompletedProcess, fragment: str) -> None
     (["--chain", "ngram,no-such-draft"], "unknown draft"),
     (["--chain", "head,draft-s"], "feature head"),
     (["--dtype", "float16"], "--dtype"),
+    (["--select", "ngram,draft-s", "--method", "ar"], "--select chooses the draft per step: use it with --method sd"),
+    (["--gamma", "11"], "--gamma must be between 1 and 10"),
 ])
 def test_bad_options(args, fragment):
     assert_one_line_error(cli("generate", "--prompt", "hi", *args), fragment)

@@ -31,7 +31,20 @@ DRAFTER = SimpleNamespace(name="d")
 def event(gamma, accepted, draft_ms=1.0, verify_ms=40.0, drafter="d"):
     emitted = accepted + 1
     return SimpleNamespace(draft_ids=[0] * gamma, accepted=accepted, draft_ms=draft_ms * gamma, verify_ms=verify_ms,
-                           emitted_ids=[0] * emitted, total_ms=verify_ms + draft_ms * gamma, drafter=drafter)
+                           emitted_ids=[0] * emitted, total_ms=verify_ms + draft_ms * gamma, drafter=drafter, tree=None)
+
+
+def test_a_tree_is_priced_by_the_depth_it_reaches():
+    """With token trees γ is the node budget: acceptance is censored at the tree's depth, and a budget's expected tokens
+    are those of the depth it reached (measured at that budget, else scaled by the window's depth per node)."""
+    hist = History()
+    for accepted in (3, 1, 3, 2):
+        hist.add(StepRecord(8, accepted, 8.0, 40.0, accepted + 1, 48.0, depth=3))
+    assert hist.acceptance() == pytest.approx(9 / (9 + 2))  # two steps stopped short of depth 3
+    assert hist.depth_of(8) == 3 and hist.depth_of(4) == pytest.approx(1.5)
+    chain = History()
+    chain.add(StepRecord(4, 2, 4.0, 40.0, 3, 44.0))
+    assert chain.depth_of(6) == 6  # a chain reaches its γ
 
 
 def simulate(alpha, gamma, steps, seed=0):

@@ -23,6 +23,9 @@ def test_the_committed_version_1_trace_loads_and_every_view_renders():
     for run in (written, written["baseline"]):  # settings added since the fixture was written take their defaults
         added = set(run["config"]) - set(fixture["config"])
         assert all(run["config"].pop(name) == defaults[name] for name in added)
+        assert run.pop("version") == TRACE_VERSION  # it is written back as the current version
+    for run in (fixture, fixture["baseline"]):
+        assert run.pop("version") == 1
     assert written == fixture  # otherwise a lossless round trip
     views = step_views(data)
     assert len(views) == len(trace.steps) and all(narration and microscope for narration, microscope in views)

@@ -132,15 +132,30 @@ def head_configs(max_new_tokens: int, new: str = "head", old: str = "head-v1", g
             *[BenchConfig(f"{new} γ={g}", sd(new, g), extra={"peer": f"{old} γ={g}"}) for g in gammas]]
 
 
+def tree_configs(max_new_tokens: int, drafts: tuple[str, ...] = ("head", "draft-m"), gammas: tuple[int, ...] = (1, 2, 3, 4),
+                 budgets: tuple[int, ...] = (4, 6, 8, 12)) -> list[BenchConfig]:
+    """AR, then per draft its chains at γ 1–4 and its token trees of 4, 6, 8 and 12 nodes, dynamic and static; each label
+    says how many rows the target verifies (a chain of γ and a tree of γ nodes both verify γ + 1)."""
+    def sd(draft: str, **kw) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, max_new_tokens=max_new_tokens, **kw)
+
+    return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+            *[row for d in drafts for row in (
+                *[BenchConfig(f"{d} chain γ={g} ({g + 1} rows)", sd(d, gamma=g)) for g in gammas],
+                *[BenchConfig(f"{d} {kind} tree {n} ({n + 1} rows)", sd(d, tree_nodes=n, tree_kind=kind))
+                  for kind in ("dynamic", "static") for n in budgets])]]
+
+
 CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs,
                                                               "chains": chain_configs, "judge": judge_configs,
                                                               "judge-head": partial(judge_configs, draft="head"),
-                                                              "selection": selection_configs, "heads": head_configs}
+                                                              "selection": selection_configs, "heads": head_configs,
+                                                              "trees": tree_configs}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
     run = prepare(cfg.decode, prompt, bank)
-    events = list(run.events())
+    events = list(run.events(record=False))  # nothing display-only is read inside the timed steps
     ids = [t for e in events for t in e.emitted_ids]
     result = {**summarize(events), "token_ids": ids, "theory": run_theory(events),
               "text": run.tokenizer.decode(ids, skip_special_tokens=True)}

@@ -16,7 +16,7 @@ import torch
 
 from specviz.core.drafters import Draft
 from specviz.core.registry import ACCEPT_RULES
-from specviz.core.sampling import Sampler
+from specviz.core.sampling import Sampler, residual
 
 ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 TOP_K = 10
@@ -77,7 +77,8 @@ class ExactRule:
         return cls(*(getattr(settings, name) for name in ACCEPT_RULES.entry(cls.name).params))
 
     def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
-               states: torch.Tensor | None = None) -> Verdict:
+               states: torch.Tensor | None = None, record: bool = True) -> Verdict:
+        """The verdict on ``draft``; with ``record``, one record per verified position for the views (:meth:`records`)."""
         if not draft.ids:
             return Verdict(0, int(sampler.pick(logits[0], p[0])), [])
         gamma = len(draft.ids)
@@ -99,7 +100,7 @@ class ExactRule:
             nxt = int(best[n])
         else:
             nxt = int(sampler.draw(p[gamma] if corrected is None else corrected))
-        records = self.records(c, draft, exact, n, kept, scores, nxt, corrected)
+        records = self.records(c, draft, exact, n, kept, scores, nxt, corrected) if record else []
         return Verdict(n, nxt, reasons_for(n, gamma, kept), scores, records)
 
     def records(self, c: Checked, draft: Draft, exact: torch.Tensor, n: int, kept: list[str], scores: list[float] | None,
@@ -176,13 +177,6 @@ def _pairs(top) -> list[list[list]]:
     """[token, value] pairs per row of a batched ``topk``, read from the device in one transfer."""
     both = torch.stack([top.indices.double(), top.values.double()]).tolist()  # float64 holds every token id exactly
     return [[[int(t), x] for t, x in zip(ids, values)] for ids, values in zip(*both)]
-
-
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p − q)); p itself where p ≤ q everywhere (then p == q and no mass is left)."""
-    r = (p - q).clamp_min(0)
-    total = r.sum()
-    return r / total if total > 0 else p
 
 
 def first_false(mask: torch.Tensor) -> int:

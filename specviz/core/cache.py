@@ -1,7 +1,9 @@
 """The cached-model contract: a model with its own KV cache that always mirrors a prefix of the decoded sequence.
 
-:class:`CachedModel` feeds only the tokens its cache lacks and rolls back lazily to the longest common prefix,
-so drafters and verifiers pass the full token list and need no bookkeeping. Each forward returns a
+:class:`CachedModel` feeds only the tokens its cache lacks (drafters and verifiers pass the full token list) and
+rolls back by position: :meth:`CachedModel.rollback` keeps a length, plus the accepted rows of a token tree moved
+after it, as gpt-fast moves ``input_pos``; a forward over tokens that differ from the cached ones rolls back to
+their common prefix first. Each forward returns a
 :class:`Forward` with what it computed. Where the keys and values live is the storage's business: transformers'
 ``DynamicCache`` (:class:`DynamicStorage`, any architecture) or the preallocated lean buffer of
 ``specviz.models.backends.lean``; both take the same calls.
@@ -17,6 +19,7 @@ import torch
 
 from specviz.core.hidden import capture_layers, last_layer
 from specviz.core.timing import ForwardTimes, Timed
+from specviz.core.tree import ancestry, depths
 
 
 @dataclass
@@ -55,16 +58,27 @@ class Forward:
     layers: dict[int, torch.Tensor] | None = None
 
 
-class Storage(Protocol):
-    """Where a cached model keeps its keys and values."""
+@dataclass(frozen=True)
+class TreeRows:
+    """Fed rows that hold a token tree: the rotary position of each (t,) and the slots each attends to (t, start + t),
+    the fed rows' own slots included (a tree attention mask)."""
 
-    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """Feed ``ids`` at positions ``start``..; logits of the last ``keep`` and the outputs of the decoder layers
-        in ``taps`` at every fed position. Whatever was cached from ``start`` on is replaced."""
+    positions: torch.Tensor
+    visible: torch.Tensor
+
+
+class Storage(Protocol):
+    """Where a cached model keeps its keys and values, one slot per fed row."""
+
+    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...],
+            rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Feed ``ids`` into slots ``start``.. (at those positions, causally, unless ``rows`` says otherwise); logits of
+        the last ``keep`` and the outputs of the decoder layers in ``taps`` at every fed row. Whatever was cached from
+        ``start`` on is replaced."""
         ...
 
-    def truncate(self, length: int) -> None:
-        """Forget every position from ``length`` on."""
+    def truncate(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:
+        """Keep the slots before ``length``, then the slots ``moved`` in that order; forget the rest."""
         ...
 
 
@@ -77,15 +91,28 @@ class DynamicStorage:
         self.model = lm.model
         self.cache = DynamicCache(config=lm.model.config)
 
-    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...],
+            rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         x = torch.tensor([ids], device=self.model.device)
+        tree = {} if rows is None else {"position_ids": rows.positions[None].to(x.device), "attention_mask": self._mask(rows.visible)}
         with capture_layers(self.model, taps) if taps else nullcontext({}) as outputs:
-            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **tree)
         return out.logits[0, -keep:], {i: h[0] for i, h in outputs.items()}
 
-    def truncate(self, length: int) -> None:
+    def _mask(self, visible: torch.Tensor) -> torch.Tensor:
+        """A custom 4D mask (transformers passes one through as it is): 0 where a row attends, the dtype's minimum elsewhere."""
+        dtype = self.model.dtype
+        mask = torch.zeros(visible.shape, dtype=dtype, device=self.model.device)
+        return mask.masked_fill(~visible.to(mask.device), torch.finfo(dtype).min)[None, None]
+
+    def truncate(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:
         cached = self.cache.get_seq_length()
-        if length < cached:
+        if moved:
+            device = self.model.device
+            index = torch.cat([torch.arange(length, device=device), torch.tensor(list(moved), device=device)])
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(-2, index), layer.values.index_select(-2, index)
+        elif length < cached:
             self.cache.crop(length - cached)
 
 
@@ -101,30 +128,65 @@ class CachedModel(Timed):
         self.storage = storage or DynamicStorage(lm)
         self.prenorm, self.taps = prenorm, tuple(sorted(set(taps)))
         self._reads = tuple(sorted(set(self.taps) | ({last_layer(lm.model)} if prenorm else set())))
-        self.ids: list[int] = []
+        self.ids: list[int] = []  # the token in each cached slot
+        self.linear = 0  # the leading slots that hold a plain sequence; the slots after them hold a token tree
+        self.tree_parents: list[int] = []  # that tree's parents (see specviz.core.tree)
         self.times = ForwardTimes(lm.device)
 
     def _common_prefix(self, tokens: list[int]) -> int:
-        n = min(len(self.ids), len(tokens))
-        if self.ids[:n] == tokens[:n]:
+        ids = self.ids[: self.linear]
+        n = min(len(ids), len(tokens))
+        if ids[:n] == tokens[:n]:
             return n
-        return next(i for i, (a, b) in enumerate(zip(self.ids, tokens)) if a != b)
+        return next(i for i, (a, b) in enumerate(zip(ids, tokens)) if a != b)
+
+    def _cached_tree(self, tokens: list[int], ids: list[int], parents: list[int]) -> int:
+        """How many leading nodes of the tree (ids, parents) below ``tokens`` the cache already holds."""
+        have = len(self.ids) - self.linear
+        if self.linear != len(tokens) or self._common_prefix(tokens) != len(tokens) or have > len(ids):
+            return 0
+        return have if self.ids[self.linear:] == ids[:have] and self.tree_parents == parents[:have] else 0
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int], keep: int = 1) -> Forward:
-        """What the model computes for the last ``keep`` positions of ``tokens`` (see :class:`Forward`)."""
-        n = min(self._common_prefix(tokens), len(tokens) - keep)
-        if n < len(self.ids):
-            self.storage.truncate(n)
-            del self.ids[n:]
-        new = tokens[n:]
+    def rollback(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:
+        """Keep the first ``length`` slots, then the slots ``moved`` (the accepted path of a tree, root down) after them."""
+        self.storage.truncate(length, moved)
+        self.ids = self.ids[:length] + [self.ids[s] for s in moved]
+        self.linear, self.tree_parents = len(self.ids), []
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], keep: int = 1, tree: tuple[list[int], list[int]] | None = None) -> Forward:
+        """What the model computes for the last ``keep`` fed rows of ``tokens`` and, if given, the token ``tree`` (ids,
+        parents) below them: each node attends to ``tokens`` and its ancestors, at position len(tokens) − 1 + its depth
+        (see :class:`Forward`)."""
+        ids, parents = tree or ([], [])
+        reused = self._cached_tree(tokens, ids, parents) if tree else 0
+        n = self._common_prefix(tokens) if not reused else len(tokens)
+        n = min(n, len(tokens) - max(0, keep - len(ids) + reused))
+        if n < len(tokens):
+            reused = 0
+        if not reused:
+            self.rollback(n)
+        new = tokens[n:] + ids[reused:]
         start = self.times.start()
-        logits, outputs = self.storage.run(new, n, keep, self._reads)
-        result = Forward(logits[:, : self.vocab_size], n, outputs[last_layer(self.lm.model)][-keep:] if self.prenorm else None,
+        rows = self._tree_rows(n, len(tokens), parents, reused) if tree else None
+        logits, outputs = self.storage.run(new, n + reused, keep, self._reads, rows)
+        result = Forward(logits[:, : self.vocab_size], n + reused, outputs[last_layer(self.lm.model)][-keep:] if self.prenorm else None,
                          {i: outputs[i] for i in self.taps} if self.taps else None)
         self.times.stop(start)
-        self.ids.extend(new)
+        self.ids = tokens + ids if tree else tokens[:]
+        self.linear, self.tree_parents = len(tokens), list(parents)
         return result
+
+    def _tree_rows(self, start: int, length: int, parents: list[int], reused: int) -> TreeRows:
+        """Positions and attention of the rows fed from slot ``start``: the tokens up to ``length``, then the tree's nodes
+        from ``reused`` on."""
+        total = length + len(parents)
+        slots = torch.arange(start, length)
+        linear = torch.arange(total)[None] <= slots[:, None]
+        tree = torch.cat([torch.ones(len(parents), length, dtype=torch.bool), ancestry(parents)], 1)[reused:]
+        positions = torch.cat([slots, length - 1 + torch.tensor(depths(parents)[reused:], dtype=torch.long)])
+        return TreeRows(positions, torch.cat([linear, tree]))
 
     def prefill(self, tokens: list[int]) -> Forward | None:
         """Process everything but the last token (the next forward feeds it with its drafts)."""

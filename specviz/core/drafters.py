@@ -2,8 +2,9 @@
 
 The contract follows transformers' ``CandidateGenerator``: ``propose`` gets the full committed sequence
 (drafters roll their own state back to it) and returns a :class:`Draft`; ``observe`` sees every forward of the
-target (a feature head drafts from the states it returns). A tree drafter would return
-several branches; the linear ``Draft`` is its single-branch case.
+target (a feature head drafts from the states it returns). ``propose_tree`` returns a token tree under a node budget
+(:mod:`specviz.core.tree`) built from the distributions the drafter's ``expander`` gives after any node; a chain is
+the tree whose every node has one child.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specviz.core.cache import CachedModel, Forward
+from specviz.core.cache import CachedModel, Forward, TreeRows
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
+from specviz.core.timing import Stopwatch
+from specviz.core.tree import Expander, TreeShape, ancestry, depths, grow_tree
 
 StopRule = Callable[[torch.Tensor], bool]
 """Called with the draft's distribution for the next token; True stops drafting before that token."""
@@ -26,18 +29,19 @@ StopRule = Callable[[torch.Tensor], bool]
 class Draft:
     """Proposed ids; ``q`` (γ, vocab) holds the distribution each was drawn from, None for a
     deterministic proposal (q is one-hot at the proposed id). ``extra`` carries drafter-specific
-    details into the StepEvent (a chain's per-level work)."""
+    details into the StepEvent (a chain's per-level work). A tree's ids are its nodes, with their ``parents``."""
 
     ids: list[int]
     q: torch.Tensor | None
     drafter: str
     extra: dict = field(default_factory=dict)
+    parents: list[int] | None = None
 
     def q_of_ids(self) -> list[float]:
         if self.q is None:
             return [1.0] * len(self.ids)
         rows = torch.arange(len(self.ids), device=self.q.device)
-        return self.q[rows, torch.tensor(self.ids, device=self.q.device)].tolist()
+        return self.q[rows, torch.tensor(self.ids, dtype=torch.long, device=self.q.device)].tolist()
 
 
 def level_record(name: str, role: str, passes: int = 0, ms: float = 0.0) -> dict:
@@ -72,6 +76,19 @@ class Drafter:
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
         raise NotImplementedError
+
+    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+        """The draft's distributions after the nodes of a tree below ``tokens`` (see :data:`specviz.core.tree.Expander`)."""
+        raise NotImplementedError(f"the {self.name} drafter does not draft trees")
+
+    def propose_tree(self, tokens: list[int], shape: TreeShape, sampler: Sampler) -> Draft:
+        """A token tree of ``shape`` below ``tokens``: one node per id, with its parent and the q it was drawn from."""
+        watch = self.models[0].times.watch if self.models else Stopwatch(torch.device("cpu"))
+        forwards, start = sum(m.forwards for m in self.models), watch.mark()
+        tree = grow_tree(self.expander(tokens, sampler), shape, sampler)
+        passes = sum(m.forwards for m in self.models) - forwards or 1  # a model-free drafter: one lookup pass
+        work = level_record(self.name, "draft", passes, 1e3 * watch.seconds(start, watch.mark()))
+        return Draft(tree.ids, tree.q, self.name, {"levels": [work]}, tree.parents)
 
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
@@ -120,6 +137,20 @@ class ModelDrafter(Drafter):
         work = level_record(self.name, "draft", self.model.forwards - forwards, ms)
         return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, {"levels": [work]})
 
+    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+        fed_ids: list[int] = []
+        fed_parents: list[int] = []
+        slot: dict[int, int] = {}  # tree node → its row among the fed ones
+
+        def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
+            for node in new:
+                slot[node] = len(fed_ids)
+                fed_ids.append(ids[node])
+                fed_parents.append(slot[parents[node]] if parents[node] >= 0 else -1)
+            logits = self.model.forward(tokens, keep=max(1, len(new)), tree=(fed_ids, fed_parents) if new else None).logits
+            return sampler.probs(logits)
+        return expand
+
     def prefill(self, tokens: list[int]) -> None:
         self.model.prefill(tokens)
 
@@ -149,6 +180,64 @@ class NGramDrafter(Drafter):
 
     def can_draft(self, tokens: list[int]) -> bool:
         return bool(lookup_continuation(tokens, 1, self.max_ngram, self.min_ngram))
+
+    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+        vocab = max(tokens) + 1
+
+        def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
+            return torch.stack([next_token_counts(tokens + path_to(ids, parents, node), vocab, self.max_ngram, self.min_ngram)
+                                for node in new or [-1]])
+        return expand
+
+
+def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[torch.Tensor, list[int], int, TreeRows], torch.Tensor],
+                   logits: Callable[[torch.Tensor], torch.Tensor], vocab: int, sampler: Sampler) -> Expander:
+    """The expander of a drafter that drafts from states (a feature head, EAGLE-3): a node reads its parent's output
+    (a root child: ``root``, the output at the last of the ``committed`` positions) and its own token, fed by ``run(states,
+    ids, start slot, rows)`` after the committed positions at position committed − 1 + its depth, attending to them and to
+    its ancestors; ``logits`` turns outputs into the draft's logits. No root (a one-token prompt): no node."""
+    outs: list[torch.Tensor] = []
+    fed_parents: list[int] = []
+    slot: dict[int, int] = {}  # tree node → its row among the fed ones
+
+    @torch.inference_mode()
+    def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
+        if not new:
+            return sampler.probs(logits(root)) if root is not None else torch.zeros(1, vocab)
+        states = torch.cat([outs[slot[parents[m]]] if parents[m] >= 0 else root for m in new])
+        for m in new:
+            slot[m] = len(fed_parents)
+            fed_parents.append(slot[parents[m]] if parents[m] >= 0 else -1)
+        k = len(new)
+        visible = torch.cat([torch.ones(k, committed, dtype=torch.bool), ancestry(fed_parents)[-k:]], 1)
+        out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k,
+                  TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible))
+        outs.extend(out.split(1))
+        return sampler.probs(logits(out))
+    return expand
+
+
+def path_to(ids: list[int], parents: list[int], node: int) -> list[int]:
+    """The tokens from the root down to ``node`` (none for −1, the root)."""
+    path = []
+    while node >= 0:
+        path.append(ids[node])
+        node = parents[node]
+    return path[::-1]
+
+
+def next_token_counts(tokens: list[int], vocab: int, max_ngram: int, min_ngram: int = 1) -> torch.Tensor:
+    """The n-gram draft's q after ``tokens``: how often each token followed the earlier occurrences of the longest
+    suffix that occurred before (≤ ``max_ngram`` tokens), normalised; all zeros where no suffix did."""
+    counts = torch.zeros(vocab)
+    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
+        suffix = tokens[-n:]
+        for start in range(len(tokens) - n):
+            if tokens[start:start + n] == suffix:
+                counts[tokens[start + n]] += 1
+        if counts.any():
+            return counts / counts.sum()
+    return counts
 
 
 def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int = 1) -> list[int]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specviz.core.tree import depths
+
 
 def summarize(events: Sequence) -> dict:
     """new tokens, wall time, tokens/s, target forwards, mean accepted length, acceptance rate,
@@ -33,11 +35,12 @@ def summarize(events: Sequence) -> dict:
 
 
 def per_position_acceptance(events: Sequence) -> list[float]:
-    """P(draft position i accepted | position i was drafted), i = 1..max γ."""
-    width = max((len(e.draft_ids) for e in events), default=0)
+    """P(draft position i accepted | position i was drafted), i = 1..max γ; for a token tree, position = depth."""
+    reach = [max(depths(e.tree["parents"]), default=0) if e.tree else len(e.draft_ids) for e in events]
+    width = max(reach, default=0)
     hits, tries = [0] * width, [0] * width
-    for e in events:
-        for i in range(len(e.draft_ids)):
+    for e, deep in zip(events, reach):
+        for i in range(deep):
             tries[i] += 1
             hits[i] += i < e.accepted
     return [h / t if t else 0.0 for h, t in zip(hits, tries)]

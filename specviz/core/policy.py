@@ -12,6 +12,9 @@ from __future__ import annotations
 from specviz.core.drafters import Drafter, StopRule
 from specviz.core.registry import GAMMA_POLICIES
 
+MAX_GAMMA = 10
+"""The longest draft of a step: the γ setting's upper end and the cap of every adaptive policy."""
+
 
 @GAMMA_POLICIES.register("Fixed γ: the same draft length every step.", ("gamma",))
 class LengthPolicy:

@@ -52,3 +52,10 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_p = sorted_p.masked_fill(outside, 0.0)
     kept = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     return kept / kept.sum(-1, keepdim=True)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p − q)); p itself where p ≤ q everywhere (then p == q and no mass is left)."""
+    r = (p - q).clamp_min(0)
+    total = r.sum()
+    return r / total if total > 0 else p

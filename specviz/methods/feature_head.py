@@ -20,13 +20,14 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specviz.core.cache import CachedModel, Forward
-from specviz.core.drafters import Draft, Drafter, StopRule, level_record
+from specviz.core.cache import CachedModel, Forward, TreeRows
+from specviz.core.drafters import Draft, Drafter, StopRule, level_record, state_expander
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.hidden import final_norm
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
+from specviz.core.tree import Expander
 from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
 from specviz.models.backends.graphs import Capture, cuda_capture
 from specviz.models.backends.lean import LeanStack, built_once, lean_layers, rms_norm, vocab_head
@@ -171,6 +172,11 @@ class FeatureDrafter(Drafter):
         return head_taps(Path(source), n_layers)
 
     @classmethod
+    def preload(cls, source: object, bank, target) -> None:
+        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
+        bank.head(str(source), target)
+
+    @classmethod
     def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
         head, draft_vocab = context.head(str(source))
         return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name, context.capacity,
@@ -211,12 +217,13 @@ class FeatureDrafter(Drafter):
         self.features[target.start:end] = f
         self.known = end
 
-    def _run(self, states: torch.Tensor, next_ids: list[int], start: int) -> torch.Tensor:
-        """The head's estimate of the state after the last of ``next_ids`` (1, hidden)."""
+    def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
+        """The head's estimates (t, hidden) of the states after each of ``next_ids``, read with ``states`` at slots
+        ``start``.. (in a token tree where ``rows`` says so)."""
         t0 = self.timer.times.start()
         embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
         x = self.fc(torch.cat([embeds.to(self.dtype), states], -1))
-        out = self.stack.run(x[None], start)[0][0, -1:]
+        out = self.stack.run(x[None], start, rows=rows)[0][0]
         self.timer.times.stop(t0)  # timed like every other model's forward
         return out
 
@@ -229,7 +236,12 @@ class FeatureDrafter(Drafter):
         valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
         valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
         self.fed = tokens[1:upto + 1]
-        return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)
+        return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
+
+    def _logits(self, state: torch.Tensor) -> torch.Tensor:
+        """The head's logits (rows, vocab) from its states: the target's LM head over the draft vocabulary, −inf elsewhere."""
+        scores = self.score(state).float()
+        return scores.new_full((state.shape[0], self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
@@ -238,8 +250,7 @@ class FeatureDrafter(Drafter):
         forwards, ids, qs = self.timer.forwards, [], []
         state = self._catch_up(tokens, n) if gamma > 0 else None
         while state is not None and len(ids) < gamma:
-            scores = self.score(state).float()
-            logits = scores.new_full((1, self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)[0]
+            logits = self._logits(state)[0]
             q = sampler.probs(logits)
             if stop is not None and stop(q):
                 break
@@ -249,6 +260,11 @@ class FeatureDrafter(Drafter):
                 state = self._run(state, ids[-1:], n + len(ids) - 1)
         work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
         return Draft(ids, torch.stack(qs) if qs else None, self.name, {"levels": [work]})
+
+    @torch.inference_mode()
+    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+        n = len(tokens) - 1
+        return state_expander(self._catch_up(tokens, n), n, self._run, self._logits, self.target.vocab_size, sampler)
 
     @torch.inference_mode()
     def prefill(self, tokens: list[int]) -> None:

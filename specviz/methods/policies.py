@@ -3,7 +3,7 @@
 A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
 returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
 README): history h = 20 steps, Acc_max = 0.95, one pseudo-observation at 0.5 in ``online``'s estimate,
-γ ∈ [1, 10] (0 allowed for ``online``), first probe after 2 plain steps, backing off to 64 (a draft whose first
+γ ∈ [1, ``MAX_GAMMA``] (0 allowed for ``online``), first probe after 2 plain steps, backing off to 64 (a draft whose first
 step was rejected looks useless on that one step; waiting 8 steps cost an eighth of a 64-token answer).
 """
 
@@ -11,28 +11,37 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specviz.core.drafters import Drafter, lookup_continuation
 from specviz.core.formulas import censored_acceptance, expected_tokens
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import MAX_GAMMA, LengthPolicy
 from specviz.core.registry import GAMMA_POLICIES
-
-GAMMA_MAX = 10
+from specviz.core.tree import depths
 
 
 @dataclass
 class StepRecord:
+    """One step as the policies see it; ``depth``: a token tree's depth (None: a chain, as deep as its γ)."""
+
     gamma: int
     accepted: int
     draft_ms: float
     verify_ms: float
     emitted: int
     total_ms: float
+    depth: int | None = None
+
+    @property
+    def reach(self) -> int:
+        """The most drafts the step could have accepted."""
+        return self.gamma if self.depth is None else self.depth
 
 
 def record_of(event) -> StepRecord:
-    return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms)
+    depth = max(depths(event.tree["parents"]), default=0) if event.tree else None
+    return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms, depth)
 
 
 def file_step(event, histories: dict[str, History], verify: History) -> None:
@@ -62,9 +71,10 @@ class History:
         return list(self.steps)
 
     def acceptance(self, prior: float | None = None, weight: float = 0.0) -> float | None:
-        """Censored MLE of per-token acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2), capped at Acc_max;
+        """Censored MLE of per-token (for a tree: per-depth) acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2; a tree's
+        depth in place of γ), capped at Acc_max;
         ``weight`` pseudo-observations of a ``prior`` rate join both sums (weight 0: the paper's estimate)."""
-        accepted, rejections = sum(s.accepted for s in self.steps), sum(s.accepted < s.gamma for s in self.steps)
+        accepted, rejections = sum(s.accepted for s in self.steps), sum(s.accepted < s.reach for s in self.steps)
         if prior is not None:
             accepted, rejections = accepted + weight * prior, rejections + weight * (1 - prior)
         acc = censored_acceptance(accepted, rejections)
@@ -74,6 +84,16 @@ class History:
         """ΣV / Σγ: biased low (a rejection hides the tokens after it); kept for comparison."""
         steps = self.drafted()
         return sum(s.accepted for s in steps) / sum(s.gamma for s in steps) if steps else None
+
+    def depth_of(self, gamma: int) -> float:
+        """The depth a draft of ``gamma`` tokens reaches: γ for a chain; for a tree, its measured mean depth at that
+        budget, else γ times the window's depth per node."""
+        steps = self.drafted()
+        at = [s.reach for s in steps if s.gamma == gamma]
+        if at:
+            return sum(at) / len(at)
+        total = sum(s.gamma for s in steps)
+        return gamma * sum(s.reach for s in steps) / total if total else float(gamma)
 
     def draft_ms_per_token(self) -> float | None:
         steps = self.drafted()
@@ -158,9 +178,11 @@ class ProbeSchedule:
 
 
 
-def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0) -> dict[int, float]:
-    """Tokens per second for each γ: expected tokens / (γ·a_q + b_p(γ)) (their Eq. 1)."""
-    return {g: 1e3 * expected_tokens(acc, g) / (g * a_q + b_p(g)) for g in range(gamma_min, gamma_max + 1)}
+def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0,
+                    depth: Callable[[int], float] = float) -> dict[int, float]:
+    """Tokens per second for each γ (a tree's node budget): expected tokens / (γ·a_q + b_p(γ)) (their Eq. 1), the
+    expected tokens of a draft reaching ``depth(γ)``."""
+    return {g: 1e3 * expected_tokens(acc, depth(g)) / (g * a_q + b_p(g)) for g in range(gamma_min, gamma_max + 1)}
 
 
 
@@ -172,7 +194,7 @@ class FSMPolicy(LengthPolicy):
     name = "fsm"
     up, down = 1, 1
 
-    def __init__(self, gamma: int = 4, gamma_min: int = 1, gamma_max: int = GAMMA_MAX):
+    def __init__(self, gamma: int = 4, gamma_min: int = 1, gamma_max: int = MAX_GAMMA):
         super().__init__(gamma)
         self.gamma_min, self.gamma_max = gamma_min, gamma_max
 
@@ -185,12 +207,12 @@ class FSMPolicy(LengthPolicy):
 
 @GAMMA_POLICIES.register("transformers' heuristic schedule: +2 after a full accept, −1 otherwise.", ("gamma",))
 class HFHeuristicPolicy(FSMPolicy):
-    """transformers' ``"heuristic"`` schedule: +2 on a full accept, −1 otherwise (floor 1)."""
+    """transformers' ``"heuristic"`` schedule: +2 on a full accept, −1 otherwise, within [1, ``MAX_GAMMA``]."""
 
     name = "hf-heuristic"
     up, down = 2, 1
 
-    def __init__(self, gamma: int = 4, gamma_max: int = 64):
+    def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA):
         super().__init__(gamma, 1, gamma_max)
 
 
@@ -201,7 +223,7 @@ class CacheFSMPolicy(FSMPolicy):
 
     name = "cache-fsm"
 
-    def __init__(self, gamma: int = 4, long_gamma: int = GAMMA_MAX, ngram: int = 3, **kw):
+    def __init__(self, gamma: int = 4, long_gamma: int = MAX_GAMMA, ngram: int = 3, **kw):
         super().__init__(gamma, **kw)
         self.long_gamma, self.ngram, self.hit = long_gamma, ngram, False
 
@@ -213,14 +235,14 @@ class CacheFSMPolicy(FSMPolicy):
         return {"policy": self.name, "gamma": self.long_gamma if self.hit else self.gamma, "suffix_seen_before": self.hit}
 
 
-@GAMMA_POLICIES.register("transformers' confidence stop: draft until the draft's top probability < 0.4.", ())
+@GAMMA_POLICIES.register("transformers' confidence stop: draft until the draft's top probability < 0.4.")
 class ConfidencePolicy(LengthPolicy):
     """transformers' ``assistant_confidence_threshold``: draft up to γ_max, stop as soon as the draft's
     own top probability falls below the threshold (default 0.4)."""
 
     name = "confidence"
 
-    def __init__(self, gamma: int = GAMMA_MAX, threshold: float = 0.4):
+    def __init__(self, gamma: int = MAX_GAMMA, threshold: float = 0.4):
         super().__init__(gamma)
         self.threshold = threshold
         self.stop_rule = lambda q: float(q.max()) < self.threshold
@@ -240,7 +262,9 @@ class OnlinePolicy(LengthPolicy):
     model (a_q per draft token; b_p(γ) fitted linearly over drafted steps, plain steps timed apart, see
     :meth:`History.verify_model`) and the γ ∈ 0..γ_max maximising predicted tokens per second; γ = 0 is a
     plain target step, taken once early to time it. While γ* = 0 it probes γ = 1 on a
-    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover.
+    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover. With token trees γ is the
+    node budget: the verify cost is measured per fed length as for chains, and the acceptance is per depth, a budget's
+    expected tokens those of the depth it reaches (:meth:`History.depth_of`).
 
     The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
     censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
@@ -248,10 +272,10 @@ class OnlinePolicy(LengthPolicy):
 
     name = "online"
 
-    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, h: int = 20, acc_max: float = 0.95, probe: int = 2,
+    def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA, h: int = 20, acc_max: float = 0.95, probe: int = 2,
                  prior: float = 0.5, prior_weight: float = 1.0):
         super().__init__(gamma)
-        self.gamma_max, self.prior, self.prior_weight = gamma_max, prior, prior_weight
+        self.gamma_max, self.prior, self.prior_weight = max(gamma_max, gamma), prior, prior_weight  # a tree's budget may pass γ's range
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.probes = ProbeSchedule(probe)
@@ -263,7 +287,7 @@ class OnlinePolicy(LengthPolicy):
         if acc is None or a_q is None or b_p is None:
             self.why = {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"}
             return self.gamma
-        rates = predicted_rates(acc, a_q, b_p, self.gamma_max)
+        rates = predicted_rates(acc, a_q, b_p, self.gamma_max, depth=hist.depth_of)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
         if b_p.plain is None:
@@ -287,14 +311,14 @@ class OnlinePolicy(LengthPolicy):
         return self.why
 
 
-@GAMMA_POLICIES.register("Q-learning over γ, rewarded with tokens per second.", ("gamma",))
+@GAMMA_POLICIES.register("Q-learning over γ, rewarded with tokens per second.")
 class RLPolicy(LengthPolicy):
     """Q-learning over γ ∈ 1..γ_max with state = (was the last step fully accepted?), ε-greedy,
-    reward = tokens emitted per second in the step."""
+    reward = tokens emitted per second in the step. It reads no γ setting: the agent picks every step's γ."""
 
     name = "rl"
 
-    def __init__(self, gamma: int = 4, gamma_max: int = GAMMA_MAX, epsilon: float = 0.1, lr: float = 0.2, seed: int = 0):
+    def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA, epsilon: float = 0.1, lr: float = 0.2, seed: int = 0):
         super().__init__(gamma)
         self.actions = list(range(1, gamma_max + 1))
         self.q = {s: dict.fromkeys(self.actions, 0.0) for s in (False, True)}

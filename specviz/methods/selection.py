@@ -6,8 +6,8 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from specviz.core.drafters import Drafter, StopRule
-from specviz.core.policy import FirstDraft, LengthPolicy
-from specviz.methods.policies import GAMMA_MAX, History, ProbeSchedule, file_step, predicted_rates
+from specviz.core.policy import MAX_GAMMA, FirstDraft, LengthPolicy
+from specviz.methods.policies import History, ProbeSchedule, file_step, predicted_rates
 
 
 class PerDrafterPolicy(LengthPolicy):
@@ -65,7 +65,7 @@ class OnlineSelector(FirstDraft):
 
     name = "online-select"
 
-    def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = GAMMA_MAX,
+    def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = MAX_GAMMA,
                  priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)

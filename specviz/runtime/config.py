@@ -1,20 +1,25 @@
 """What a run is asked to do. Every setting is a field of :class:`DecodeConfig` that carries its help, its
 choices or range and its label; :meth:`DecodeConfig.validate` is the only validator, and the CLI options, the
-UI's controls and the benchmark's rows are generated from these fields and from the strategy registries."""
+UI's controls and the benchmark's rows are generated from these fields and from the strategy registries. Messages
+name a setting by its CLI option (:func:`option`); the API and the app respell them with :func:`respelled`."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import specviz.methods  # noqa: F401  (the strategies register themselves on import)
 from specviz.core.errors import ConfigError
+from specviz.core.policy import MAX_GAMMA
 from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
+from specviz.core.tree import MAX_TREE_NODES, TREE_KINDS
 from specviz.models.presets import NGRAM_DRAFT, default_preset
 
-MAX_GAMMA = 32
+TREE_POLICIES = ("fixed", "online")
+"""The γ policies that choose a tree's node budget."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class DecodeConfig:
     """Settings of one generation; ``python -m specviz generate --help`` lists them."""
 
     preset: str = setting(default_preset(), "model preset: a target and its drafts", label="Preset")
+    target: str | None = setting(None, "target model: a hub id or a local transformers directory (default: the preset's target)",
+                                 label="Target")
     method: str = setting("sd", "sd (speculative) or ar (plain autoregressive)", label="Method", choices=("sd", "ar"))
     draft: str | None = setting(None, "draft: a draft of the preset, 'ngram', a hub id or a local dir (default: the preset's first)",
                                 label="Draft")
@@ -68,6 +75,12 @@ class DecodeConfig:
     cuda_graphs: str = setting("auto", "CUDA graphs of the verify and draft forwards: auto (on a dedicated GPU; off on ZeroGPU "
                                "and CPU), on or off", label="CUDA graphs", choices=("auto", "on", "off"))
     full_draft_vocab: bool = setting(False, "drafts score the whole vocabulary, not only their draft_vocab.json", label="full draft vocab")
+    tree_nodes: int = setting(0, "token tree: nodes drafted and verified per step in one target forward (0 = a chain of γ)",
+                              label="tree nodes", low=0, high=MAX_TREE_NODES)
+    tree_branch: int = setting(2, "token tree: children of each expanded node (static: the number of branches)",
+                               label="tree branching", low=1, high=8)
+    tree_kind: str = setting("dynamic", "token tree: dynamic (EAGLE-2: expand the likeliest nodes, keep the budget's best) "
+                             "or static (tree-branch chains from the root)", label="tree kind", choices=TREE_KINDS)
 
     @staticmethod
     def settings() -> dict[str, Setting]:
@@ -83,73 +96,100 @@ class DecodeConfig:
         if unknown:
             raise ConfigError(f"unknown setting '{unknown[0]}'; settings: {', '.join(known)}")
         types = {f.name: f.type for f in fields(cls)}
-        return cls(**{name: _convert(known[name].label or name, types[name], v) for name, v in values.items()}).validate()
+        return cls(**{name: _convert(option(name), types[name], v) for name, v in values.items()}).validate()
 
     def validate(self) -> DecodeConfig:
         for name, s in self.settings().items():
-            value, option = getattr(self, name), "--" + name.replace("_", "-")
+            value = getattr(self, name)
             if s.choices is not None and value not in s.options():
-                raise ConfigError(f"{option} must be one of {', '.join(s.options())}, got '{value}'")
+                raise ConfigError(f"{option(name)} must be one of {', '.join(s.options())}, got '{value}'")
             if s.low is not None or s.high is not None:
-                _check_range(option, value, s)
+                _check_range(option(name), value, s)
         self._validate_combinations()
         return self
 
     def _validate_combinations(self) -> None:
         if self.chain:
             if self.method != "sd" or self.draft or self.select:
-                raise ConfigError("--chain replaces the draft: use it with --method sd and without --draft or --select")
+                raise ConfigError(f"{option('chain')} replaces the draft: use it with {option('method')} sd and without "
+                                  f"{option('draft')} or {option('select')}")
             if len(self.chain) < 2 or len(set(self.chain)) != len(self.chain):
-                raise ConfigError("--chain needs at least two different models, fastest first (the target verifies last)")
+                raise ConfigError(f"{option('chain')} needs at least two different models, fastest first (the target verifies last)")
             if NGRAM_DRAFT in self.chain[1:]:
-                raise ConfigError("--chain: the n-gram drafter can only be the first (fastest) level: it cannot verify")
+                raise ConfigError(f"{option('chain')}: the n-gram drafter can only be the first (fastest) level: it cannot verify")
         if self.select and (self.method != "sd" or self.draft):
-            raise ConfigError("--select chooses the draft per step: use it with --method sd and without --draft")
+            raise ConfigError(f"{option('select')} chooses the draft per step: use it with {option('method')} sd and without "
+                              f"{option('draft')}")
         if len(set(self.select)) != len(self.select) or len(self.select) == 1:
-            raise ConfigError("--select needs at least two different drafts")
+            raise ConfigError(f"{option('select')} needs at least two different drafts")
+        if self.tree_nodes:
+            self._validate_tree()
+
+    def _validate_tree(self) -> None:
+        trees = option("tree_nodes")
+        if self.method != "sd" or self.chain or self.select:
+            raise ConfigError(f"{trees} drafts a tree with one draft: use it with {option('method')} sd, without "
+                              f"{option('chain')} or {option('select')}")
+        if self.accept != "exact":
+            raise ConfigError(f"{trees}: trees are verified by the exact rule only, not {option('accept')} {self.accept}")
+        if self.gamma_policy not in TREE_POLICIES:
+            raise ConfigError(f"{trees}: the node budget is fixed or chosen by {option('gamma_policy')} online, "
+                              f"not {self.gamma_policy}")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _check_range(option: str, value: Any, s: Setting) -> None:
+def option(name: str) -> str:
+    """Setting ``name`` as the CLI spells it, which is how every ConfigError names a setting."""
+    return "--" + name.replace("_", "-")
+
+
+def respelled(exc: ConfigError, spell: Callable[[str], str]) -> ConfigError:
+    """``exc`` with every setting's CLI option replaced by ``spell(name)``: the API's ``name=``, the app's labels."""
+    names = {option(name): name for name in DecodeConfig.settings()}
+    pattern = "|".join(re.escape(o) for o in sorted(names, key=len, reverse=True))
+    return ConfigError(re.sub(f"(?:{pattern})(?![\\w-])", lambda m: spell(names[m[0]]), str(exc)))
+
+
+def _check_range(spelled: str, value: Any, s: Setting) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{option} must be a number, got '{value}'")
+        raise ConfigError(f"{spelled} must be a number, got '{value}'")
     too_low = s.low is not None and not (value > s.low if s.open_low else value >= s.low)
     too_high = s.high is not None and not (value < s.high if s.open_high else value <= s.high)
     if not (too_low or too_high or math.isnan(value)):
         return
     if s.high is None:
-        raise ConfigError(f"{option} must be {'>' if s.open_low else '>='} {s.low:g}, got {value}")
+        raise ConfigError(f"{spelled} must be {'>' if s.open_low else '>='} {s.low:g}, got {value}")
     if isinstance(s.low, int) and isinstance(s.high, int) and not (s.open_low or s.open_high):
-        raise ConfigError(f"{option} must be between {s.low} and {s.high}, got {value}")
-    raise ConfigError(f"{option} must be in {'(' if s.open_low else '['}{s.low:g}, {s.high:g}{')' if s.open_high else ']'}, got {value}")
+        raise ConfigError(f"{spelled} must be between {s.low} and {s.high}, got {value}")
+    raise ConfigError(f"{spelled} must be in {'(' if s.open_low else '['}{s.low:g}, {s.high:g}{')' if s.open_high else ']'}, got {value}")
 
 
-def _convert(label: str, kind: str, value: Any) -> Any:
+def _convert(spelled: str, kind: str, value: Any) -> Any:
     """``value`` as a field of type ``kind`` (its annotation's text)."""
     if kind == "bool":
-        return bool(value)
+        return value.strip().lower() not in ("", "0", "false", "no", "off") if isinstance(value, str) else bool(value)
     if kind == "list[str]":
         items = value if isinstance(value, list | tuple) else str(value or "").split(",")
         return [str(n).strip() for n in items if str(n).strip()]
     if kind in ("int", "float"):
-        return _number(label, value, int if kind == "int" else float)
+        return _number(spelled, value, int if kind == "int" else float)
     text = "" if value is None else str(value).strip()
     return (text or None) if kind == "str | None" else text
 
 
-def _number(label: str, value: Any, kind: type) -> int | float:
+def _number(spelled: str, value: Any, kind: type) -> int | float:
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise ConfigError(f"{label} is empty")
+        raise ConfigError(f"{spelled} is empty")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{label} must be a number, got '{value}'") from None
+        raise ConfigError(f"{spelled} must be a number, got '{value}'") from None
     if not math.isfinite(number):
-        raise ConfigError(f"{label} must be a finite number, got '{value}'")
+        raise ConfigError(f"{spelled} must be a finite number, got '{value}'")
     if kind is int:
         if number != int(number):
-            raise ConfigError(f"{label} must be a whole number, got '{value}'")
+            raise ConfigError(f"{spelled} must be a whole number, got '{value}'")
         return int(number)
     return number

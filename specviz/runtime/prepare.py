@@ -18,12 +18,13 @@ from specviz.core.errors import ConfigError
 from specviz.core.policy import FirstDraft, LengthPolicy
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES
 from specviz.core.sampling import Sampler
+from specviz.core.tree import MAX_TREE_NODES, TreeShape
 from specviz.methods.chain import build_chain
 from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
 from specviz.models.loading import check_shared_vocab, shared_vocab_size
-from specviz.models.presets import NGRAM_DRAFT, Preset, resolve_draft, resolve_preset
+from specviz.models.presets import NGRAM_DRAFT, Preset, check_access, resolve_draft, resolve_preset
 from specviz.models.prompts import encode_prompt, stop_ids_of
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
@@ -53,7 +54,27 @@ def checked(config: DecodeConfig, prompt: str) -> Preset:
     config.validate()
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
-    return resolve_preset(config.preset)
+    return run_preset(config)
+
+
+def run_preset(config: DecodeConfig) -> Preset:
+    """The preset a run uses: the named one, or with ``target`` set, that target with none of the preset's drafts
+    (they belong to the preset's own target) unless it is the preset's target."""
+    preset = resolve_preset(config.preset)
+    if config.target is None or config.target == preset.target:
+        check_access(preset)
+        return preset
+    return Preset(preset.name, config.target, {}, f"{config.target} (given as the target)")
+
+
+BASELINE_SETTINGS = ("preset", "target", "temperature", "top_p", "seed", "max_new_tokens", "chat", "dtype", "cuda_graphs")
+"""The settings a plain target run reads: an AR baseline keeps them and takes every other setting's default, so
+a setting added for drafting never reaches a baseline."""
+
+
+def baseline_config(config: DecodeConfig) -> DecodeConfig:
+    """The autoregressive baseline of any run: the same target, prompt handling, sampling and length, no drafting."""
+    return type(config)(method="ar", **{name: getattr(config, name) for name in BASELINE_SETTINGS}).validate()
 
 
 @dataclass
@@ -73,9 +94,10 @@ class PreparedRun:
     def plan(self) -> RunPlan:
         return RunPlan(self.config, self.tokenizer, self.prompt_ids, self.target.name)
 
-    def events(self) -> Iterator[StepEvent]:
+    def events(self, record: bool = True) -> Iterator[StepEvent]:
+        """The decode's steps; without ``record`` they leave out what only the views read (see ``decode``)."""
         def policy() -> LengthPolicy:
-            return GAMMA_POLICIES[self.config.gamma_policy].from_gamma(self.config.gamma)
+            return GAMMA_POLICIES[self.config.gamma_policy].from_gamma(self.config.tree_nodes or self.config.gamma)
 
         selector, length = FirstDraft(), policy()
         if len(self.drafters) > 1:
@@ -84,7 +106,13 @@ class PreparedRun:
             length = PerDrafterPolicy(policy)
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
                       policy=length, selector=selector, sampler=self.sampler,
-                      max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids)
+                      max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids, tree=tree_shape(self.config),
+                      record=record)
+
+
+def tree_shape(config: DecodeConfig) -> TreeShape | None:
+    """The run's token-tree shape (its budget and depth are set per step), or None for chains."""
+    return TreeShape(config.tree_nodes, config.tree_branch, config.tree_kind, config.tree_nodes) if config.tree_nodes else None
 
 
 @dataclass
@@ -118,14 +146,15 @@ def on_zerogpu() -> bool:
 
 def static_shapes(config: DecodeConfig, device: torch.device, prompt_len: int) -> tuple[int | None, bool]:
     """The fixed KV capacity (positions) of the run's caches, and whether their forwards run as CUDA graphs. On a
-    GPU every cache has room for the prompt and every requested token, so no shape changes while decoding; graphs
+    GPU every cache has room for the prompt, every requested token and the largest tree's nodes, so no shape changes while decoding; graphs
     follow ``--cuda-graphs`` (auto: on a dedicated GPU; off on ZeroGPU, where every call is a fresh process that
     would record them again). A CPU keeps the growing cache and no graphs."""
     if device.type != "cuda":
         if config.cuda_graphs == "on":
             raise ConfigError(f"--cuda-graphs on needs a CUDA device; this run's target is on {device.type}")
         return None, False
-    return prompt_len + config.max_new_tokens + 1, config.cuda_graphs == "on" or config.cuda_graphs == "auto" and not on_zerogpu()
+    graphs = config.cuda_graphs == "on" or config.cuda_graphs == "auto" and not on_zerogpu()
+    return prompt_len + config.max_new_tokens + 1 + (MAX_TREE_NODES if config.tree_nodes else 0), graphs
 
 
 def drafter_kind(source: str | LoadedModel) -> type[Drafter]:

@@ -13,11 +13,11 @@ import gradio as gr
 
 from specviz.ui.bank import Models, default_preset, shared_models
 from specviz.ui.compare import build_compare_tab
-from specviz.ui.controls import decode_concurrency
 from specviz.ui.decode import decode_steps
 from specviz.ui.endpoint import generate
 from specviz.ui.explain import build_explain_tab, explain_update
 from specviz.ui.explore import build_explore_tab
+from specviz.ui.handlers import decode_concurrency
 from specviz.ui.teach import KEYS_JS
 from specviz.viz.render import status_html, token_css
 from specviz.viz.teach import microscope_css

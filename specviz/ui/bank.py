@@ -18,6 +18,7 @@ from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import drafter_kind, run_drafts
+from specviz.ui.stream import on_model_thread
 
 LOADING_MESSAGE = "Loading models… (the first start converts the GGUF target, ~30 s; later starts take a few seconds)"
 
@@ -40,7 +41,11 @@ class Models:
 
     def load_weights(self, config: DecodeConfig) -> None:
         """Load the weights a run of ``config`` needs into the shared bank, in this process and computing nothing: on
-        ZeroGPU the decodes run in GPU workers forked from this process, which find them there."""
+        ZeroGPU the decodes run in GPU workers forked from this process, which find them there. The loading runs on
+        the model thread (see :mod:`specviz.ui.stream`)."""
+        on_model_thread(self._load_weights, config)
+
+    def _load_weights(self, config: DecodeConfig) -> None:
         preset = resolve_preset(config.preset)
         target = self.bank.target(preset, config.dtype)
         for name, source in run_drafts(config, preset):
@@ -48,7 +53,7 @@ class Models:
             if kind.loads_model:
                 self.bank.model(source, name)
             elif kind.reads_features:
-                self.bank.head(source, target)
+                kind.preload(source, self.bank, target)
         self.mark_loaded(config)
 
     def mark_loaded(self, config: DecodeConfig) -> None:

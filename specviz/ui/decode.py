@@ -16,7 +16,7 @@ from specviz.ui.bank import shared_models
 from specviz.ui.gpu import decode_seconds, gpu, observe_speed
 from specviz.ui.stream import stream_batches
 
-BATCH_EVERY_S = 0.25
+BATCH_EVERY_S = 0.5
 """How often the decode hands over the steps it has (the first at once)."""
 
 
@@ -30,12 +30,19 @@ def decode_steps(settings: dict, prompt: str, runs: int = 1) -> Iterator[list[di
     """Decode ``prompt`` with ``settings`` (DecodeConfig's fields) ``runs`` times (the first runs warm a configuration
     up: their steps are not handed over), yielding batches of the last run's step dicts as they come."""
     config = DecodeConfig(**settings).validate()
+    start, tokens = time.perf_counter(), 0
+    for batch in stream_batches(_decode(config, prompt, runs), every_s=BATCH_EVERY_S):
+        tokens += sum(len(e.emitted_ids) for e in batch)
+        yield [e.to_dict() for e in batch]
+    observe_speed(tokens, time.perf_counter() - start)
+
+
+def _decode(config: DecodeConfig, prompt: str, runs: int) -> Iterator:
+    """The last of ``runs`` decodes' steps. A generator, so all of it (preparing included) runs in the thread that
+    drains it: one thread does a decode's tensor work, as in the CLI, and no other thread's OpenMP team competes with
+    its own for the cores."""
     bank = shared_models().bank
     for _ in range(runs - 1):
         for _ in prepare(config, prompt, bank).events():
             pass
-    start, tokens = time.perf_counter(), 0
-    for batch in stream_batches(prepare(config, prompt, bank).events(), every_s=BATCH_EVERY_S):
-        tokens += sum(len(e.emitted_ids) for e in batch)
-        yield [e.to_dict() for e in batch]
-    observe_speed(tokens, time.perf_counter() - start)
+    yield from prepare(config, prompt, bank).events()

@@ -13,11 +13,13 @@ from typing import Any
 import gradio as gr
 
 from specviz.analysis.result import run_to_result
+from specviz.api import keyword
 from specviz.core.errors import ConfigError, ModelLoadError
-from specviz.runtime.config import DecodeConfig
+from specviz.runtime.config import DecodeConfig, respelled
 from specviz.runtime.prepare import plan, prepare
 from specviz.ui.bank import shared_models
 from specviz.ui.gpu import decode_seconds, gpu, observe_speed
+from specviz.ui.stream import on_model_thread
 
 MAX_TOKENS = 512
 """The endpoint's cap on max_new_tokens (the app's sliders have the same)."""
@@ -36,7 +38,7 @@ def generate_seconds(prompt: str, settings: dict | None = None) -> int:
 def decode(prompt: str, settings: dict) -> dict:
     """One decode on the GPU side: plain data in, the CLI's JSON object out."""
     start = time.perf_counter()
-    result = run_to_result(prepare(DecodeConfig(**settings).validate(), prompt, shared_models().bank))
+    result = on_model_thread(lambda: run_to_result(prepare(DecodeConfig(**settings).validate(), prompt, shared_models().bank)))
     observe_speed(result["metrics"]["new_tokens"], time.perf_counter() - start)
     return result
 
@@ -53,5 +55,7 @@ def generate(prompt: str, settings: dict[str, Any] | None = None) -> dict:
         plan(config, prompt, shared_models().bank)  # settings and prompt checked here, before asking for a GPU
         shared_models().load_weights(config)
         return decode(prompt, config.to_dict())
-    except (ConfigError, ModelLoadError) as exc:
+    except ConfigError as exc:
+        raise gr.Error(str(respelled(exc, keyword))) from None
+    except ModelLoadError as exc:
         raise gr.Error(str(exc)) from None

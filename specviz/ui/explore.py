@@ -2,12 +2,12 @@
 
 The speculative run streams first (first tokens within a second of Run once models are loaded); the AR
 baseline for the same prompt and settings is then measured right after it (or before it, or reused from
-this session's cache) and added to the charts, and the headline says which.
+this session's cache) and added to the charts, and the headline says which. Live views redraw a few times a
+second, the charts less often, so the browser does not take the cores the decode runs on.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -17,41 +17,44 @@ import gradio as gr
 import pandas as pd
 
 from specviz.analysis.result import result_of
-from specviz.api import Trace, read_trace, token_pieces, trace_of
-from specviz.core.engine import StepEvent
+from specviz.api import Trace, read_trace, trace_of
 from specviz.core.errors import ConfigError
-from specviz.core.metrics import summarize
 from specviz.models.paths import ASSETS
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import RunPlan, plan
+from specviz.runtime.prepare import BASELINE_SETTINGS, baseline_config, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, shared_models
-from specviz.ui.controls import (
-    BASELINE_AFTER,
-    BASELINE_BEFORE,
-    BASELINE_SKIP,
-    DecodeControls,
-    decode_concurrency,
-    decode_controls,
-    default_prompt,
-    example_prompts,
-    guarded,
-    wire_decode_controls,
+from specviz.ui.controls import UI_MAX_NEW_TOKENS, SettingsForm, form_handler
+from specviz.ui.handlers import decode_concurrency, default_prompt, example_prompts, guarded
+from specviz.ui.runs import (
+    AR_LABEL,
+    CHARTS_EVERY_S,
+    REDRAW_EVERY_S,
+    Every,
+    Live,
+    get_baseline,
+    headline,
+    put_baseline,
+    run_dynamics,
+    run_race,
+    run_record,
+    save_trace_files,
 )
-from specviz.ui.decode import decode_steps
-from specviz.ui.exports import export_folder
-from specviz.ui.state import baseline_key, ensure_session, get_baseline, make_config, put_baseline, run_record
+from specviz.ui.state import ensure_session, form_config
 from specviz.ui.teach import build_step_panel, live_panel, view_update, wire_step_panel
 from specviz.viz import charts
-from specviz.viz.export import SPEEDS, race_series, trace_headline, trace_page
+from specviz.viz.export import SPEEDS, race_series, trace_headline
 from specviz.viz.export import run_label as trace_label
-from specviz.viz.render import REASON_LEGEND, Headline, TokenSpan, headline_html, legend_html, spans_html, status_html
-from specviz.viz.trace import STEP_COLUMNS, TraceBuilder, cumulative, step_row
+from specviz.viz.render import REASON_LEGEND, TokenSpan, headline_html, legend_html, spans_html, status_html
+from specviz.viz.trace import STEP_COLUMNS, step_row
 
 VIEW, TOKENS_ID = "explore", "explore-tokens"
 """The step panel's view key in the session, and the token view it marks."""
 GALLERY = ASSETS / "traces"
-CHARTS_EVERY_S = 1.5
-AR_LABEL = "autoregressive (AR baseline)"
+PRIMARY = ("preset", "method", "draft", "gamma_policy", "gamma", "accept", "max_new_tokens")
+"""The settings shown first; every other one is in the accordions below them."""
+BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP = "after the run", "before the run", "skip"
+NO_CHART = gr.update(value=None)
+"""A chart cleared for a new run (no figure to draw while the run starts)."""
 PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one marked span per token: hover a token for its step, '
                'p (target), q (draft) and judge score.</span>')
 
@@ -67,88 +70,20 @@ def step_table(rows: list[list] | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows or [], columns=STEP_COLUMNS)
 
 
-def run_label(config: DecodeConfig) -> str:
-    if config.method == "ar":
-        return "autoregressive (this run)"
-    extra = "" if config.gamma_policy == "fixed" else f", {config.gamma_policy}"
-    rule = "" if config.accept == "exact" else f", {config.accept}"
-    drafts = "select " + "/".join(config.select) if config.select else (config.draft or "default draft")
-    return f"speculative ({drafts}, γ={config.gamma}{extra}{rule})"
-
-
-def ar_config(config: DecodeConfig) -> DecodeConfig:
-    return replace(config, method="ar", draft=None, chain=[], select=[], gamma_policy="fixed", accept="exact")
-
-
-class Live:
-    """What the charts and headline of a streaming run need, updated batch by batch."""
-
-    def __init__(self, plan: RunPlan, label: str):
-        self.plan, self.label = plan, label
-        self.builder = TraceBuilder(plan.tokenizer, plan.prompt_ids)
-        self.events: list[StepEvent] = []
-        self.tokens_html = ""
-        self.view = {"steps": self.builder.events, "pieces": {}, "config": plan.config.to_dict(), "baseline": None, "follow": True}
-
-    def add(self, batch: list[dict]) -> None:
-        events = [StepEvent(**step) for step in batch]
-        self.events += events
-        self.tokens_html += spans_html(self.builder.add_all(events))
-        self.view["pieces"].update(token_pieces(self.plan.tokenizer, events))
-
-    def stream(self, prompt: str) -> Iterator[list[dict]]:
-        """The run's steps from the decode (the GPU worker on ZeroGPU), batch by batch, recorded here as they come."""
-        for batch in decode_steps(self.plan.config.to_dict(), prompt):
-            self.add(batch)
-            yield batch
-
-    def metrics(self) -> dict:
-        return summarize(self.events)
-
-    def series(self, baseline: bool = False, note: str = "") -> charts.Series:
-        times, tokens = cumulative(self.builder.events)
-        return charts.Series(self.label, times, tokens, baseline=baseline, note=note)
-
-
-def _ar_series(ar: dict | None, note: str = "") -> list[charts.Series]:
-    if not ar:
-        return []
-    times, tokens = cumulative(ar["events"])
-    return [charts.Series(AR_LABEL, times, tokens, baseline=True, note=note)]
-
-
-def _headline(metrics: dict, config: DecodeConfig, ar: dict | None, note: str) -> str:
-    if config.method == "ar":
-        return headline_html(Headline(1.0, metrics["tokens_per_s"], metrics["tokens_per_s"], 1.0, None, metrics["new_tokens"],
-                                      metrics["wall_s"], "this run is the autoregressive baseline"))
-    ar_tps = ar["metrics"]["tokens_per_s"] if ar else None
-    speed = metrics["tokens_per_s"] / ar_tps if ar_tps else None
-    return headline_html(Headline(speed, metrics["tokens_per_s"], ar_tps, metrics["mean_accept_len"],
-                                  metrics["accept_rate"] if metrics["drafted"] else None, metrics["new_tokens"], metrics["wall_s"], note))
-
-
-def _charts(live: Live, ar: dict | None, ar_note: str) -> tuple:
-    metrics = live.metrics()
-    race = charts.race_figure([live.series()] + _ar_series(ar, ar_note))
-    dyn = charts.dynamics_figure(charts.dynamics_from_events(live.builder.events, metrics, ar["metrics"] if ar else None))
-    return race, dyn
-
-
 def _measure_ar(models: Models, config: DecodeConfig, prompt: str, session: dict, when: str,
                 shown: list[charts.Series]) -> Iterator[tuple]:
     """Stream the AR baseline (chart and status only); stores it in the session cache and returns it."""
-    cfg = ar_config(config)
+    cfg = baseline_config(config)
     ar_plan = plan(cfg, prompt, models.bank)
-    live, last = Live(ar_plan, AR_LABEL), 0.0
+    live, redraw = Live(ar_plan, AR_LABEL), Every(CHARTS_EVERY_S)
     for _ in live.stream(prompt):
-        if time.perf_counter() - last >= CHARTS_EVERY_S:
-            last = time.perf_counter()
+        if redraw.due():
             race = charts.race_figure(shown + [live.series(baseline=True, note=f"measuring {when}…")])
             yield frame(status=status_html(f"Measuring the AR baseline {when} (same prompt and settings): "
                                            f"{live.builder.new_tokens}/{cfg.max_new_tokens} tokens…", "busy"), race=race)
     record = run_record(AR_LABEL, cfg, live.builder.events, result_of(ar_plan, live.events), measured=when,
                         run=session["runs"], trace=trace_of(prompt, ar_plan, live.events).to_dict())
-    put_baseline(session, baseline_key(config, prompt), record)
+    put_baseline(session, config, prompt, record)
     return record
 
 
@@ -172,16 +107,14 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     if not models.is_loaded(config):
         yield frame(status=status_html(LOADING_MESSAGE, "busy"))
     models.load_weights(config)
-    key = baseline_key(config, prompt)
-    cached = get_baseline(session, key) if config.method == "sd" else None
+    cached = get_baseline(session, config, prompt) if config.method == "sd" else None
     ar = {**cached, "reused": True} if cached else None
-    cleared = dict(tokens="", table=step_table(), race=charts.empty_figure("waiting for the first step…"),
-                   dynamics=charts.empty_figure("waiting for the first step…", 600), headline="", session=session)
+    cleared = dict(tokens="", table=step_table(), race=NO_CHART, dynamics=NO_CHART, headline="", session=session)
     if ar is None and config.method == "sd" and baseline == BASELINE_BEFORE:
         yield frame(status=status_html("Measuring the AR baseline first…", "busy"), **cleared)
         ar = yield from _measure_ar(models, config, prompt, session, "before the run", [])
         cleared.pop("race")
-    live = Live(run, run_label(config))
+    live = Live(run)
     session["views"][VIEW] = live.view
     yield frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
                 panel=view_update(None, None, TOKENS_ID), **cleared)
@@ -189,7 +122,7 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     result = result_of(run, live.events)
     record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
     if config.method == "ar":
-        put_baseline(session, key, {**record, "label": AR_LABEL, "measured": f"as Explore run #{session['runs']}"})
+        put_baseline(session, config, prompt, {**record, "label": AR_LABEL, "measured": f"as Explore run #{session['runs']}"})
     elif ar is None and baseline == BASELINE_AFTER:
         ar = yield from _measure_ar(models, config, prompt, session, "after the run", [live.series()])
     session["last"] = {**record, "ar": ar and {"metrics": ar["metrics"], "token_ids": ar["token_ids"]}}
@@ -201,18 +134,21 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
 
 
 def _stream_main(live: Live, prompt: str, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
-    last_chart = 0.0
+    """The run's frames while it streams: at most one per REDRAW_EVERY_S; the race chart and the step panel at most one
+    per CHARTS_EVERY_S; the per-step charts and the step table, the costliest to draw, wait for the final frame, which
+    shows everything."""
+    redraw, redraw_race = Every(REDRAW_EVERY_S), Every(CHARTS_EVERY_S)
     for _ in live.stream(prompt):
-        live_info["tokens"] = live.builder.new_tokens
-        race = dyn = table = None
-        if time.perf_counter() - last_chart >= CHARTS_EVERY_S:  # charts and the table are the costly outputs: throttled
-            race, dyn = _charts(live, ar, note)
-            table = step_table(live.builder.rows)
-            last_chart = time.perf_counter()
-        done = f"{live.builder.new_tokens}/{config.max_new_tokens}"
+        live_info["tokens"] = live.new_tokens
+        if not redraw.due():
+            continue
+        race = panel = None
+        if redraw_race.due():
+            race, panel = run_race(live, ar, note), live_panel(live.view, TOKENS_ID)
+        done = f"{live.new_tokens}/{config.max_new_tokens}"
         status = status_html(f"Decoding: {live.label}: step {len(live.events)}, {done} tokens…", "busy")
-        yield frame(status=status, headline=_headline(live.metrics(), config, ar, note + " (so far)"), tokens=live.tokens_html,
-                    race=race, dynamics=dyn, table=table, panel=live_panel(live.view, TOKENS_ID))
+        yield frame(status=status, headline=headline(live.metrics(), config, ar, note + " (so far)"), tokens=live.tokens_html,
+                    race=race, panel=panel)
 
 
 def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: str, session: dict, result: dict, trace: dict) -> tuple:
@@ -228,20 +164,10 @@ def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: st
     stop = "stopped at end-of-sequence" if metrics["new_tokens"] < config.max_new_tokens else "reached max new tokens"
     message = (f"Done (run #{session['runs']}): {metrics['new_tokens']} tokens in {metrics['wall_s']:.2f} s, {stop}. "
                f"{note[0].upper() + note[1:]}.{same}")
-    race, dyn = _charts(live, ar, note)
-    return frame(status=status_html(message, "ok"), headline=_headline(metrics, config, ar, note), tokens=live.tokens_html,
+    race, dyn = run_race(live, ar, note), run_dynamics(live, ar)
+    return frame(status=status_html(message, "ok"), headline=headline(metrics, config, ar, note), tokens=live.tokens_html,
                  race=race, dynamics=dyn, table=step_table(live.builder.rows), session=session,
                  panel=view_update(trace, None, TOKENS_ID), files=save_trace_files(trace))
-
-
-def save_trace_files(trace: dict) -> tuple[str, str]:
-    """The run as a trace file and as a self-contained HTML page, for the browser to download."""
-    folder = export_folder()
-    name = re.sub(r"[^a-z0-9]+", "-", trace_label(trace["config"]).lower()).strip("-")[:60] or "run"
-    json_path, html_path = folder / f"specviz-{name}.json", folder / f"specviz-{name}.html"
-    Trace.from_dict(trace).save(json_path)
-    html_path.write_text(trace_page(trace))
-    return str(json_path), str(html_path)
 
 
 def gallery() -> dict[str, Path]:
@@ -314,17 +240,13 @@ def replay_run(speed: float, session: dict | None) -> Iterator[tuple]:
     yield from guarded(lambda: replay_frames(speed, session), lambda message: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()))
 
 
-def explore_run(prompt: str, preset: str, method: str, draft: str, gamma: float, gamma_policy: str, accept: str,
-                judge_threshold: float, lenience: float, topk: float, chain: list[str], select: list[str], temperature: float,
-                top_p: float, seed: float, max_new_tokens: float, chat: bool, baseline: str, session: dict | None):
-    """Stream one run: status, headline, token spans, race chart, per-step charts, step table."""
+def explore_run(prompt: str, baseline: str, session: dict | None, **settings) -> Iterator[tuple]:
+    """Stream one run of ``settings`` (DecodeConfig's names): status, headline, token spans, race chart, per-step
+    charts, step table."""
     session = ensure_session(session)
 
     def frames() -> Iterator[tuple]:
-        config = make_config(preset=preset, method=method, draft=draft, gamma=gamma, gamma_policy=gamma_policy, accept=accept,
-                             judge_threshold=judge_threshold, lenience=lenience, topk=topk, chain=chain, select=select,
-                             temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, chat=chat)
-        yield from explore_frames(shared_models(), prompt, config, baseline or BASELINE_AFTER, session)
+        yield from explore_frames(shared_models(), prompt, form_config(settings), baseline or BASELINE_AFTER, session)
 
     def on_error(message: str) -> tuple:
         session["live"]["running"] = False
@@ -342,7 +264,7 @@ def explore_stopped(session: dict | None) -> str:
                        "no AR baseline was measured for it.", "stopped")
 
 
-def build_explore_tab(session: gr.State) -> DecodeControls:
+def build_explore_tab(session: gr.State) -> SettingsForm:
     """The Explore tab's layout and events (inside a Blocks context)."""
     rows, labels = example_prompts()
     with gr.Row(equal_height=False):
@@ -358,7 +280,12 @@ def build_explore_tab(session: gr.State) -> DecodeControls:
                                 elem_id="explore-baseline")
             status = gr.HTML(status_html("Pick a prompt and press Run.", "info"), label="Status", elem_id="explore-status")
         with gr.Column(scale=2):
-            controls = decode_controls()
+            form = SettingsForm("explore")
+            form.add(PRIMARY, max_new_tokens={"value": 64, "maximum": UI_MAX_NEW_TOKENS})
+            with gr.Accordion("Sampling (temperature, top-p, seed, chat template) and the target", open=False):
+                form.add(BASELINE_SETTINGS)
+            with gr.Accordion("Polybasic chain, draft selection and more", open=False):
+                form.add(DecodeConfig.settings())
             hint = gr.HTML("", elem_id="explore-hint")
     headline = gr.HTML("", label="Headline numbers", elem_id="explore-headline")
     gr.HTML(legend_html(), elem_id="explore-legend")
@@ -386,16 +313,16 @@ def build_explore_tab(session: gr.State) -> DecodeControls:
                                   elem_id="explore-examples")
             example_btn = gr.Button("Open example", elem_id="explore-open-example", scale=0, min_width=160)
     outputs = [status, headline, tokens, race, dynamics, table, session, *panel.outputs(), trace_file, html_file]
-    wire_decode_controls(controls, hint)
+    form.wire(hint)
     wire_step_panel(panel, session, VIEW)
     upload.upload(open_trace, [upload, session], outputs, api_visibility="private")
     example_btn.click(open_example, [example, session], outputs, api_visibility="private")
     replay_btn.click(replay_run, [speed, session], [tokens, race, *panel.outputs()], api_visibility="private", show_progress="hidden")
     present.change(None, present, None, js="(on) => { document.body.classList.toggle('sv-present', on); }")
-    event = run_btn.click(explore_run, [prompt, *controls.inputs(), baseline, session],
+    event = run_btn.click(form_handler(explore_run, ["prompt"], form, ["baseline", "session"]), [prompt, *form.inputs(), baseline, session],
                           outputs,
                           api_name="explore_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
                           show_progress="hidden")
     stop_btn.click(None, None, None, cancels=[event])
     stop_btn.click(explore_stopped, session, status, api_visibility="private", queue=False)
-    return controls
+    return form

@@ -29,7 +29,8 @@ def run_label(config: Mapping) -> str:
     if config["method"] == "ar":
         return "autoregressive"
     drafts = " → ".join(config["chain"]) if config["chain"] else ", ".join(config["select"]) or config["draft"] or "default draft"
-    return f"sd {drafts} γ={config['gamma']} ({config['gamma_policy']}, {config['accept']})"
+    size = f"{config['tree_kind']} tree of {config['tree_nodes']}" if config.get("tree_nodes") else f"γ={config['gamma']}"
+    return f"sd {drafts} {size} ({config['gamma_policy']}, {config['accept']})"
 
 
 def trace_headline(trace: Mapping) -> Headline:

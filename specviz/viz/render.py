@@ -144,13 +144,23 @@ def _card(value: str, label: str, hint: str = "") -> str:
             f'<div class="sv-card-label">{html.escape(label)}</div>{hint_html}</div>')
 
 
+SAME_SPEED = 0.02
+"""Speed ratios within this of 1 read as the same speed: closer than run-to-run timing noise."""
+
+
+def speed_verdict(ratio: float) -> str:
+    """What a speed ratio to AR says, in words."""
+    if abs(ratio - 1) < SAME_SPEED:
+        return "as fast as AR"
+    return "faster than AR" if ratio > 1 else "slower than AR"
+
+
 def headline_html(h: Headline) -> str:
     """Speedup vs AR, tokens/s, mean accepted length and acceptance rate as cards."""
     if h.speedup is None:
         speed = _card("…", "speedup vs AR", h.baseline_note or "AR baseline not measured yet")
     else:
-        verdict = "faster than AR" if h.speedup >= 1 else "slower than AR"
-        speed = _card(f"{h.speedup:.2f}×", f"speedup vs AR ({verdict})", h.baseline_note)
+        speed = _card(f"{h.speedup:.2f}×", f"speedup vs AR ({speed_verdict(h.speedup)})", h.baseline_note)
     ar = f"AR {h.ar_tokens_per_s:.1f} tok/s" if h.ar_tokens_per_s else ""
     cards = [
         speed,

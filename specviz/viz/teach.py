@@ -3,7 +3,9 @@
 Both read a step as recorded (a StepEvent's dict, live or from a trace file) and a map from token id to its text,
 so they work the same for a live run, a finished run and a loaded trace with no model. The microscope shows, per
 verified position, p and q over their top tokens, min(1, p/q) with the uniform draw u that decided it, the residual
-distribution at a rejection, the judge score against δ, and a chain's per-level blocks.
+distribution at a rejection, the judge score against δ, and a chain's per-level blocks. A step that drafted a token
+tree is drawn as that tree (nodes are tokens; the accepted path highlighted, rejected siblings marked, nodes never
+checked dimmed; each node links to its row of p, q and u), and its narration says which branch won and why.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ def narrate(event: Mapping, pieces: Mapping[int, str], plain_ms_per_token: float
     long the step took against plain decoding of the same tokens."""
     drafts, emitted, verify = list(event["draft_ids"]), list(event["emitted_ids"]), list(event.get("verify") or [])
     words = [f"Step {event['step']}."]
-    if not drafts:
+    if event.get("tree") and drafts:
+        words.append(tree_narration(event, pieces))
+    elif not drafts:
         words.append(f"Nothing was drafted: the target ran one plain step and emitted {piece(pieces, emitted[0])}." if emitted
                      else "Nothing was drafted.")
     else:
@@ -101,6 +105,8 @@ def _accept_bar(v: Mapping) -> str:
 
 def microscope_html(event: Mapping, pieces: Mapping[int, str]) -> str:
     """The verification microscope of one step (see the module docstring)."""
+    if event.get("tree") and event["draft_ids"]:
+        return tree_microscope(event, pieces)
     verify = list(event.get("verify") or [])
     if not verify:
         return f'<div class="sv-mic"><p>Step {event["step"]}: nothing was drafted, so nothing was verified.</p></div>'
@@ -167,9 +173,136 @@ def microscope_css() -> str:
 .sv-judge, .sv-mic-res { font-size: 12px; margin-top: 4px; }
 .sv-mic-levels { font-size: 12px; border-collapse: collapse; } .sv-mic-levels td { padding: 1px 6px; }
 .sv-narration { font-size: 15px; line-height: 1.5; }
+.sv-tree-box { overflow-x: auto; } .sv-tree { display: block; margin: 6px 0; font: 12px ui-monospace, monospace; }
+.sv-node rect { fill: #fff; stroke: #8c959f; stroke-width: 1.2; }
+.sv-node.sv-path rect { fill: #dafbe1; stroke: #2da44e; stroke-width: 2; }
+.sv-node.sv-rejected rect { fill: #ffebe9; stroke: #cf222e; }
+.sv-node.sv-unchecked { opacity: .38; }
+.sv-node.sv-added rect { fill: #ddf4ff; stroke: #0969da; stroke-dasharray: 4 2; }
+.sv-node.sv-root rect { fill: #eef1f4; }
+.sv-edge { fill: none; stroke: #8c959f; } .sv-edge.sv-path { stroke: #2da44e; stroke-width: 2; }
+.sv-edge.sv-unchecked { opacity: .38; } .sv-edge.sv-added { stroke: #0969da; stroke-dasharray: 4 2; }
+.sv-tree-table .sv-row-path { background: #dafbe1; } .sv-tree-table .sv-row-rejected { background: #ffebe9; }
+.sv-tree-table .sv-row-unchecked { color: #8c959f; } .sv-tree-table tr:target { outline: 2px solid #0969da; }
 """
 
 
 def highlight_css(step: int) -> str:
     """Marks the spans of one step in the token view (spans carry ``data-step``)."""
     return f'.sv-tok[data-step="{int(step)}"] {{ outline: 2px solid #cf222e; outline-offset: 1px; }}'
+
+
+COL, ROW, BOX_W, BOX_H = 118, 30, 104, 22
+"""A tree drawing's column and row pitch and a node's box, in pixels."""
+
+
+def layout(parents: list[int]) -> dict[int, tuple[int, float]]:
+    """(depth, row) of the root (key −1) and every node: depth as the column, rows so that a parent sits level with its
+    first child and subtrees never overlap."""
+    kids: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        kids.setdefault(parent, []).append(i)
+    place: dict[int, tuple[int, float]] = {}  # −1: the root
+    next_row = [0.0]
+
+    def visit(node: int, depth: int) -> float:
+        below = [visit(c, depth + 1) for c in kids.get(node, [])]
+        row = below[0] if below else next_row[0]
+        if not below:
+            next_row[0] += 1
+        place[node] = (depth, row)
+        return row
+
+    visit(-1, 0)
+    return place
+
+
+VERDICTS = {"path": "accepted", "rejected": "rejected", "unchecked": "not checked"}
+
+
+def _state(node: Mapping, on_path: bool) -> str:
+    return "path" if on_path else "rejected" if node["accepted"] is False else "unchecked"
+
+
+def tree_svg(event: Mapping, pieces: Mapping[int, str]) -> str:
+    """The step's tree as an inline SVG (see the module docstring)."""
+    tree, step = event["tree"], event["step"]
+    parents, path, nodes = tree["parents"], tree["accepted_path"], tree["nodes"]
+    places = layout(parents)
+    rows = max(r for _, r in places.values()) + 1
+    depth = max(d for d, _ in places.values())
+    tail = event["emitted_ids"][len(path):]
+    width, height = COL * (depth + 2) + 8, ROW * (rows + 1) + 8
+
+    def xy(d: int, r: float) -> tuple[float, float]:
+        return 4 + d * COL, 4 + r * ROW
+
+    out = [f'<svg class="sv-tree" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="token tree of step {step}">']
+    for i, parent in enumerate(parents):
+        (x0, y0), (x1, y1) = xy(*places[parent]), xy(*places[i])
+        out.append(f'<path class="sv-edge sv-{_state(nodes[i], i in path)}" d="M{x0 + BOX_W} {y0 + BOX_H / 2} '
+                   f'C{x0 + BOX_W + 8} {y0 + BOX_H / 2} {x1 - 8} {y1 + BOX_H / 2} {x1} {y1 + BOX_H / 2}"/>')
+    out.append(_box(*xy(*places[-1]), "root", "sv-root", "the committed text"))
+    for i, node in enumerate(nodes):
+        d, r = places[i]
+        state = _state(node, i in path)
+        mark = {"path": "✓ ", "rejected": "✗ ", "unchecked": ""}[state]
+        tip = f"node {i}: p = {_f(node['p'])}, q = {_f(node['q'])}, u = {_f(node['u'])} ({state})"
+        out.append(f'<a href="#sv-node-{step}-{i}">' + _box(*xy(d, r), mark + piece(pieces, node["token"]), f"sv-{state}", tip) + "</a>")
+    if tail:  # in a row of its own below the tree, after the path's last node
+        (x0, y0), (x1, y1) = xy(*places[path[-1] if path else -1]), xy(len(path) + 1, rows)
+        out.append(f'<path class="sv-edge sv-added" d="M{x0 + BOX_W / 2} {y0 + BOX_H} C{x0 + BOX_W / 2} {y1 + BOX_H / 2} '
+                   f'{x1 - 20} {y1 + BOX_H / 2} {x1} {y1 + BOX_H / 2}"/>')
+        out.append(_box(x1, y1, "+ " + piece(pieces, tail[0]), "sv-added", "the target's own token after the path"))
+    return "".join(out) + "</svg>"
+
+
+def _box(x: float, y: float, label: str, cls: str, tip: str) -> str:
+    return (f'<g class="sv-node {cls}"><title>{html.escape(tip)}</title><rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" '
+            f'rx="5"/><text x="{x + 6}" y="{y + 15}">{html.escape(label[:14])}</text></g>')
+
+
+def tree_microscope(event: Mapping, pieces: Mapping[int, str]) -> str:
+    """The tree and one row per node: its parent, depth, p and q at the stage it was checked, u and the verdict."""
+    tree, step = event["tree"], event["step"]
+    path = tree["accepted_path"]
+    rows = []
+    for i, node in enumerate(tree["nodes"]):
+        state = _state(node, i in path)
+        rows.append(f'<tr id="sv-node-{step}-{i}" class="sv-row-{state}"><td>{i}</td><td><code>{html.escape(piece(pieces, node["token"]))}'
+                    f'</code></td><td>{node["parent"]}</td><td>{node["depth"]}</td><td>{_f(node["p"])}</td><td>{_f(node["q"])}</td>'
+                    f'<td>{_f(node["u"])}</td><td>{VERDICTS[state]}</td></tr>')
+    head = ('<table class="sv-mic-levels sv-tree-table"><tr><th>node</th><th>token</th><th>parent</th><th>depth</th><th>p</th>'
+            "<th>q</th><th>u</th><th>verdict</th></tr>")
+    return (f'<div class="sv-mic"><p class="sv-mic-title">Step {step}: a {tree["kind"]} tree of {len(tree["nodes"])} nodes, '
+            f'verified in one target forward</p><div class="sv-tree-box">{tree_svg(event, pieces)}</div>{head}'
+            + "".join(rows) + "</table></div>")
+
+
+def tree_narration(event: Mapping, pieces: Mapping[int, str]) -> str:
+    """Which branch won and why, in plain words."""
+    tree = event["tree"]
+    path, nodes, parents = tree["accepted_path"], tree["nodes"], tree["parents"]
+    roots = sum(p < 0 for p in parents)
+    depth = max((n["depth"] for n in nodes), default=0)
+    words = [f"{event['drafter']} drafted a {tree['kind']} tree of {len(nodes)} tokens, {roots} at the root and {depth} deep; "
+             "the target scored every node in one forward, each node seeing only its own ancestors."]
+    greedy = all(n["u"] is None for n in nodes)
+    rejected = [i for i, n in enumerate(nodes) if n["accepted"] is False]
+    if path:
+        branch = " ".join(piece(pieces, nodes[i]["token"]) for i in path)
+        why = ("each is the target's most likely token after the ones before it" if greedy else
+               "at each level the first child whose test passed (u < p/q, p corrected for the siblings rejected before it)")
+        words.append(f"The branch {branch} won: {why}.")
+    else:
+        words.append("No root child passed: " + ("none is the target's most likely token." if greedy else
+                                                    "every one failed its test, each rejection moving p to norm(max(p − q, 0))."))
+    if rejected:
+        words.append(f"{len(rejected)} sibling{'s' * (len(rejected) > 1)} on the way {'were' if len(rejected) > 1 else 'was'} "
+                     f"rejected ({', '.join(piece(pieces, nodes[i]['token']) for i in rejected[:6])}); "
+                     f"{sum(n['accepted'] is None for n in nodes)} nodes below them were never checked.")
+    tail = event["emitted_ids"][len(path):]
+    if tail:
+        words.append(f"The target then added {piece(pieces, tail[0])} after the branch.")
+    return " ".join(words)

@@ -80,7 +80,9 @@ def _at(values: Sequence[float] | None, i: int) -> float | None:
 
 def step_spans(event: dict, context: Sequence[int], decoder: PieceDecoder) -> list[TokenSpan]:
     """Spans of one step: accepted drafts, then rejected / unchecked drafts where they were proposed,
-    then the target's own token (correction, bonus, or a plain target token when nothing was drafted)."""
+    then the target's own token (correction, bonus, or a plain target token when nothing was drafted). A tree step
+    reads as its accepted path and the first child rejected below it."""
+    event = along_path(event) if event.get("tree") else event
     drafts, emitted = list(event["draft_ids"]), list(event["emitted_ids"])
     accepted, step = int(event["accepted"]), int(event["step"])
     reasons, scores = list(event.get("accept_reasons") or []), event.get("judge_scores")
@@ -102,6 +104,17 @@ def step_spans(event: dict, context: Sequence[int], decoder: PieceDecoder) -> li
         base = list(context) + emitted[:accepted]
         spans.append(TokenSpan(decoder.piece(base, tok), kind, step, tok, _at(event.get("emitted_p"), accepted)))
     return spans
+
+
+def along_path(event: dict) -> dict:
+    """A tree step as a chain: the accepted path's nodes, then the first rejected child of its last node (if any)."""
+    tree = event["tree"]
+    path, parents = tree["accepted_path"], tree["parents"]
+    end = path[-1] if path else -1
+    rejected = [i for i, n in enumerate(tree["nodes"]) if parents[i] == end and n["accepted"] is False][:1]
+    nodes = path + rejected
+    pick = {name: [event[name][i] for i in nodes] for name in ("draft_ids", "draft_p", "draft_q", "accept_reasons")}
+    return {**event, **pick, "judge_scores": None}
 
 
 def reasons_text(reasons: Sequence[str]) -> str:

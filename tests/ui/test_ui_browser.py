@@ -64,7 +64,7 @@ def test_walk_through_the_app(page):
     SHOTS.mkdir(parents=True, exist_ok=True)  # the screenshots show what a newcomer gets: the defaults
     page.get_by_text(re.compile("^code: ")).first.click()
     assert page.locator("#explore-prompt textarea").input_value() != ""
-    set_number(page, "explore-max-tokens", 48)
+    set_number(page, "explore-max-new-tokens", 48)
 
     # 1. Streaming: spans and the race chart appear while the run is still going.
     start = time.perf_counter()
@@ -86,7 +86,7 @@ def test_walk_through_the_app(page):
     assert "Done" not in status_text(page, "explore-status")
 
     # 3. A finished run, raced against AR (measured after it).
-    set_number(page, "explore-max-tokens", 32)
+    set_number(page, "explore-max-new-tokens", 32)
     start = time.perf_counter()
     page.click("#explore-run")
     page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Decoding') && "
@@ -102,7 +102,7 @@ def test_walk_through_the_app(page):
 
     # 4. A comparison of two configurations: both columns (and AR's) and the metrics table.
     page.get_by_role("tab", name="Compare").click()
-    set_number(page, "compare-max-tokens", 24)
+    set_number(page, "compare-max-new-tokens", 24)
     page.click("#compare-run")
     page.wait_for_selector("#compare-status .sv-status-ok", timeout=LONG)
     assert page.locator("#compare-columns .sv-col").count() == 3
@@ -126,7 +126,7 @@ def test_walk_through_the_app(page):
     page.wait_for_selector("#explore-status .sv-status-error", timeout=30_000)
     assert "prompt is empty" in status_text(page, "explore-status")
     page.locator("#explore-prompt textarea").fill("Say hello.")
-    set_number(page, "explore-max-tokens", 6)
+    set_number(page, "explore-max-new-tokens", 6)
     page.click("#explore-run")
     page.wait_for_selector("#explore-status .sv-status-ok", timeout=LONG)
 
@@ -183,7 +183,7 @@ def test_teaching_mode_microscope_trace_and_offline_html(page):
             break
     assert temperature.input_value() == "0.8"
     set_number(page, "explore-seed", 3)
-    set_number(page, "explore-max-tokens", 40)
+    set_number(page, "explore-max-new-tokens", 40)
     before = file_href(page, "explore-trace-file"), file_href(page, "explore-html-file")
     page.click("#explore-run")
     page.wait_for_selector("#explore-status .sv-status-ok", timeout=LONG)

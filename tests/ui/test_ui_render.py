@@ -1,14 +1,16 @@
 """Unit tests of the token view: escaping, non-colour cues, legend, spans built from StepEvents, settings."""
 
 import re
-import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from specviz.core.errors import ConfigError
-from specviz.ui.state import baseline_key, make_config, new_session, put_baseline
-from specviz.ui.stream import stream_batches
+from specviz.runtime.config import DecodeConfig
+from specviz.ui.runs import baseline_key, get_baseline, put_baseline
+from specviz.ui.state import form_config, new_session
+from specviz.ui.stream import model_thread, stream_batches
 from specviz.viz import render
 from specviz.viz.render import STYLES, TokenSpan, legend_html, span_html, spans_html, token_css
 from specviz.viz.trace import PieceDecoder, TraceBuilder, cumulative, reasons_text, step_spans, until
@@ -123,24 +125,37 @@ def settings(**over):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"gamma": 1000}, "--gamma must be between"), ({"gamma": None}, "γ is empty"), ({"seed": "abc"}, "seed must be a number"),
-    ({"max_new_tokens": -5}, "--max-new-tokens"), ({"temperature": -1}, "--temperature"), ({"top_p": 0}, "--top-p"),
-    ({"gamma": 2.5}, "whole number"), ({"lenience": 0}, "lenience"), ({"seed": float("inf")}, "finite"),
+    ({"gamma": 1000}, "“γ” must be between 1 and 10"), ({"gamma": None}, "“γ” is empty"), ({"seed": "abc"}, "“seed” must be a number"),
+    ({"max_new_tokens": -5}, "“max new tokens”"), ({"temperature": -1}, "“temperature”"), ({"top_p": 0}, "“top-p”"),
+    ({"gamma": 2.5}, "whole number"), ({"lenience": 0}, "“lenience”"), ({"seed": float("inf")}, "finite"),
+    ({"select": ["ngram", "draft-s"], "method": "ar"}, "“Select among drafts” chooses the draft per step: use it with “Method” sd"),
 ])
-def test_bad_settings_give_one_line_errors(over, message):
-    with pytest.raises(ConfigError, match=message) as info:
-        make_config(**settings(**over))
+def test_bad_settings_give_one_line_errors_naming_the_controls(over, message):
+    from specviz.ui.handlers import user_message
+
+    with pytest.raises(ConfigError) as info:
+        form_config(settings(**over))
+    assert message in user_message(info.value) and "--" not in user_message(info.value)
     assert "\n" not in str(info.value)
 
 
+def test_a_form_ignores_the_draft_box_while_a_chain_or_selection_names_the_drafts():
+    assert form_config(settings(select="ngram, draft-s")).select == ["ngram", "draft-s"]
+    chained = form_config(settings(chain=["ngram", "draft-s"]))
+    assert chained.chain == ["ngram", "draft-s"] and chained.draft is None
+    assert form_config(settings(chat="false")).chat is False and form_config(settings(chat="true")).chat is True
+
+
 def test_baseline_key_ignores_draft_settings_and_cache_is_bounded():
-    a, b = make_config(**settings(gamma=2)), make_config(**settings(gamma=8, method="ar"))
-    assert baseline_key(a, "p") == baseline_key(b, "p") != baseline_key(a, "q")
-    assert baseline_key(a, "p") != baseline_key(make_config(**settings(seed=1)), "p")
+    a, b = form_config(settings(gamma=2)), form_config(settings(gamma=8, method="ar"))
+    c = form_config(settings(select=["ngram", "draft-s"], gamma_policy="online", accept="judge"))
+    assert baseline_key(a, "p") == baseline_key(b, "p") == baseline_key(c, "p") != baseline_key(a, "q")
+    assert baseline_key(a, "p") != baseline_key(form_config(settings(seed=1)), "p")
     session = new_session()
     for i in range(20):
-        put_baseline(session, str(i), {"i": i})
-    assert len(session["baselines"]) == 8 and "19" in session["baselines"]
+        put_baseline(session, DecodeConfig(seed=i), "p", {"i": i})
+    assert len(session["baselines"]) == 8 and get_baseline(session, DecodeConfig(seed=19, gamma=5), "p") == {"i": 19}
+    assert get_baseline(session, DecodeConfig(seed=0), "p") is None
 
 
 def test_stream_batches_hands_over_first_event_at_once_and_propagates_errors():
@@ -175,26 +190,44 @@ def test_closing_the_stream_stops_the_worker():
     count = len(produced)
     time.sleep(0.2)
     assert len(produced) == count
-    assert not any(t.name == "specviz-decode" and t.is_alive() for t in threading.enumerate())
+    assert model_thread().submit(lambda: "free").result(timeout=1) == "free"  # the model thread is free for the next run
 
 
-SAMPLING = {"temperature": 0.0, "top_p": 1.0, "seed": 0, "max_new_tokens": 16}
+SHARED = {"preset": "smollm2-offline", "temperature": 0.0, "top_p": 1.0, "seed": 0, "max_new_tokens": 16}
 
 
 def test_compare_table_reads_chains_and_every_rule():
-    from specviz.ui.compare import CONFIG_COLUMNS, comparison_presets, parse_table
+    import pandas as pd
 
-    table = [["plain", "sd", "draft-s", 4, "online", "exact", 0.5, 1.0, 5],
-             ["chain", "sd", "ngram, draft-s", 4, "fixed", "judge", 0.7, 1.0, 5],
-             ["arrow", "sd", "ngram→draft-m", 3, "fsm", "topk", 0.5, 1.0, 9]]
-    configs = dict(parse_table(table, "smollm2-offline", SAMPLING))
-    assert configs["plain"].draft == "draft-s" and not configs["plain"].chain
+    from specviz.ui.comparison import CONFIG_COLUMNS, parse_table
+
+    table = pd.DataFrame([{"label": "plain", "Draft": "draft-s", "γ": 4, "γ policy": "online"},
+                          {"label": "chain", "Draft": "draft-m", "Chain": "ngram, draft-s", "Acceptance rule": "judge",
+                           "judge threshold δ": 0.7},
+                          {"label": "selection", "select": "draft-s,ngram", "top-k": 9, "accept": "topk"}])
+    configs = dict(parse_table(table, SHARED))
+    assert configs["plain"].draft == "draft-s" and not configs["plain"].chain and configs["plain"].gamma_policy == "online"
     assert configs["chain"].chain == ["ngram", "draft-s"] and configs["chain"].draft is None and configs["chain"].judge_threshold == 0.7
-    assert configs["arrow"].chain == ["ngram", "draft-m"] and configs["arrow"].topk == 9
+    assert configs["selection"].select == ["draft-s", "ngram"] and configs["selection"].topk == 9
+    assert all(c.seed == 0 and c.max_new_tokens == 16 for c in configs.values())
+    assert "temperature" not in CONFIG_COLUMNS and "γ" in CONFIG_COLUMNS  # the baseline's settings are shared, not per row
     with pytest.raises(ConfigError, match="row 1.*n-gram drafter can only be the first"):
-        parse_table([["bad", "sd", "draft-s,ngram", 4, "fixed", "exact", 0.5, 1.0, 5]], "smollm2-offline", SAMPLING)
-    for rows in comparison_presets("smollm2-offline").values():
-        assert len(parse_table(rows, "smollm2-offline", SAMPLING)) == len(rows) and len(rows[0]) == len(CONFIG_COLUMNS)
+        parse_table(pd.DataFrame([{"label": "bad", "chain": "draft-s,ngram"}]), SHARED)
+    with pytest.raises(ConfigError, match="unknown column 'colour'"):
+        parse_table(pd.DataFrame([{"label": "bad", "colour": "red"}]), SHARED)
+
+
+def test_ready_made_comparisons_are_configs_over_every_registered_strategy():
+    from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
+    from specviz.ui.comparison import MAX_CONFIGS, comparison_presets, parse_table, table_of
+
+    tables = comparison_presets("smollm2-offline")
+    configs = [c for rows in tables.values() for _, c in rows]
+    assert {c.gamma_policy for c in configs} == set(GAMMA_POLICIES) and {c.accept for c in configs} == set(ACCEPT_RULES)
+    assert any(c.chain for c in configs)
+    for rows in tables.values():
+        assert 2 <= len(rows) <= MAX_CONFIGS
+        assert parse_table(table_of(rows), SHARED) == [(label, replace(c, max_new_tokens=16)) for label, c in rows]
 
 
 def test_traces_open_in_explore_without_a_model_and_bad_files_show_an_error(tmp_path):
@@ -213,3 +246,50 @@ def test_traces_open_in_explore_without_a_model_and_bad_files_show_an_error(tmp_
     assert session["last"]["theory"] and session["views"]["explore"]["steps"]  # Explain and the step panel read it
     assert len(gallery()) >= 10
     assert all('class="sv-tok' in list(open_example(label, None))[-1][2] for label in gallery())
+
+
+def test_a_streaming_run_redraws_a_few_times_a_second_and_its_charts_less_or_at_the_end(monkeypatch):
+    import plotly.graph_objects as go
+
+    from specviz.runtime.prepare import RunPlan
+    from specviz.ui import explore, runs
+
+    tokenizer = FakeTokenizer(VOCAB)
+    tokenizer.batch_decode = lambda ids: [tokenizer.decode(i) for i in ids]
+
+    def steps(settings, prompt):
+        for k in range(1, 101):
+            time.sleep(0.01)  # a fast decode: 100 steps a second
+            yield [event(k, [1], 1, [1, 2], ["exact"], elapsed=10.0 * k)]
+
+    monkeypatch.setattr(runs, "decode_steps", steps)
+    live = runs.Live(RunPlan(DecodeConfig(max_new_tokens=200), tokenizer, [0], "target"))
+    start = time.perf_counter()
+    frames = list(explore._stream_main(live, "p", live.plan.config, None, "", {}))
+    seconds = time.perf_counter() - start
+    assert len(live.events) == 100 and live.new_tokens == 200  # every step is recorded, drawn or not
+    assert 1 <= len(frames) <= seconds / runs.REDRAW_EVERY_S + 1
+    assert 1 <= sum(isinstance(f[3], go.Figure) for f in frames) <= seconds / runs.CHARTS_EVERY_S + 1  # the race chart
+    assert not any(isinstance(f[4], go.Figure) for f in frames)  # the per-step charts wait for the final frame
+
+
+def test_the_headline_says_what_the_ratio_says():
+    from specviz.viz.render import Headline, headline_html
+
+    def label(ratio: float) -> str:
+        return re.search(r"speedup vs AR \(([^)]*)\)", headline_html(Headline(ratio, 10.0, 10.0 / ratio, 1.0, None, 5, 1.0)))[1]
+
+    assert [label(r) for r in (1.3, 1.005, 0.995, 0.7)] == ["faster than AR", "as fast as AR", "as fast as AR", "slower than AR"]
+
+
+def test_a_choice_shows_only_its_own_description_and_the_settings_it_reads():
+    from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
+    from specviz.ui.controls import describe, readers, reads, setting_control
+
+    control = setting_control("accept", "t")
+    assert control.info == describe("accept", "exact") == "exact: " + ACCEPT_RULES.entry("exact").description
+    assert not any(e.description in control.info for e in ACCEPT_RULES.entries() if e.name != "exact")
+    assert describe("gamma_policy", "online") == "online: " + GAMMA_POLICIES.entry("online").description
+    assert set(readers()) == {"gamma", "judge_threshold", "lenience", "topk"}
+    assert reads("judge_threshold", "judge") and not reads("judge_threshold", "exact") and reads("topk", "topk")
+    assert reads("gamma", "fsm") and not reads("gamma", "rl") and not reads("gamma", "confidence")

@@ -4,7 +4,7 @@ dozen tensor ops per layer, in the spirit of gpt-fast's ``generate.py``.
 A small model spends much of a transformers forward in Python (masks, cache objects, module hooks), not in
 arithmetic; the smaller the model, the larger that share.
 :class:`LeanStorage` is a storage of :class:`~specviz.core.cache.CachedModel` (full token list in, logits of
-the last ``keep`` positions out, pre-norm states on request, lazy rollback to the common prefix), so drafters
+the last ``keep`` positions out, pre-norm states on request, token trees under a tree mask, rollback by position), so drafters
 and the engine cannot tell it from transformers' forward. Both the target and the drafts run on it. On an fp32 CPU model it
 calls the model's own prepacked linear layers, and its logits are bitwise those of transformers' forward
 (``tests/test_lean.py``), so greedy decoding still matches ``generate`` token for token.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specviz.core.cache import LoadedModel
+from specviz.core.cache import LoadedModel, TreeRows
 from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
 from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, Capture, Graphs
 
@@ -61,7 +61,8 @@ def built_once(owner: torch.nn.Module, key: tuple, build: Callable[[], object]):
 
 def lean_layers(model: torch.nn.Module, layers: list[torch.nn.Module] | None = None, int8: bool = False) -> list[tuple]:
     """Per decoder layer (``model.model.layers`` unless given): (input norm, fused q|k|v, o, post-attention norm,
-    fused gate|up, down), over int8 weights if ``int8`` (see :func:`int8_kernels`); built once per model."""
+    fused gate|up, down, the per-head q and k norms of a Qwen3 layer or None), over int8 weights if ``int8`` (see
+    :func:`int8_kernels`); built once per model."""
     weight = next(model.parameters())
     kernel = "packed" if is_packed(model) else "int8" if int8 else "dense"
 
@@ -70,7 +71,8 @@ def lean_layers(model: torch.nn.Module, layers: list[torch.nn.Module] | None = N
 
     def build() -> list[tuple]:
         return [(layer.input_layernorm.weight, fused([a.q_proj, a.k_proj, a.v_proj], kernel), single(a.o_proj),
-                 layer.post_attention_layernorm.weight, fused([mlp.gate_proj, mlp.up_proj], kernel), single(mlp.down_proj))
+                 layer.post_attention_layernorm.weight, fused([mlp.gate_proj, mlp.up_proj], kernel), single(mlp.down_proj),
+                 *((a.q_norm.weight, a.k_norm.weight) if hasattr(a, "q_norm") else (None, None)))
                 for layer, a, mlp in ((x, x.self_attn, x.mlp) for x in layers or model.model.layers)]
     return built_once(model, ("layers", weight.dtype, weight.device, kernel), build)
 
@@ -94,7 +96,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class LeanStack:
-    """Decoder layers (tuples from :func:`lean_layers`) over a preallocated KV cache; rollback is moving a length.
+    """Decoder layers (tuples from :func:`lean_layers`) over a preallocated KV cache; rollback is moving a length (and,
+    after a token tree, copying the accepted rows after it).
 
     By default the cache grows by doubling and attention reads the positions so far. With a fixed ``capacity`` (as
     on CUDA) every shape depends on the number of fed positions only: keys and values are written by position and
@@ -128,42 +131,58 @@ class LeanStack:
             k[:, :, :, :have], v[:, :, :, :have] = self.k, self.v
         self.k, self.v = k, v
 
-    def run(self, x: torch.Tensor, start: int, taps: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """Hidden states (1, t, hidden) at positions start.. through every layer, and the outputs of the layers in
-        ``taps``; their keys and values overwrite the cache from ``start`` on (positions after them are ignored)."""
+    def run(self, x: torch.Tensor, start: int, taps: tuple[int, ...] = (),
+            rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Hidden states (1, t, hidden) of rows fed into slots start.. through every layer, and the outputs of the layers
+        in ``taps``; their keys and values overwrite the cache from ``start`` on (slots after them are ignored). Rows
+        sit at their slots' positions and attend causally, unless ``rows`` (a token tree) gives positions and a mask."""
         t = x.shape[1]
         end = start + t
-        pos = torch.arange(start, end, device=self.device)
+        slots = torch.arange(start, end, device=self.device)
+        pos = slots if rows is None else rows.positions.to(self.device)
         if self.capacity is None:
             self._reserve(end)
             # the fused (flash) kernels take is_causal, not a mask: a prefill (start 0) needs none, a one-token step none at all
-            causal = t > 1 and start == 0
-            mask = None if t == 1 or causal else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
-            return self._layers(x, pos, end, mask, causal, taps)
+            causal = rows is None and t > 1 and start == 0
+            mask = rows.visible.to(self.device) if rows is not None else \
+                None if t == 1 or causal else torch.ones(t, end, dtype=torch.bool, device=self.device).tril(start)
+            return self._layers(x, slots, pos, end, mask, causal, taps)
         if end > self.capacity:
             raise ValueError(f"position {end - 1} is past the KV cache's fixed capacity of {self.capacity} positions")
+        mask = self.key_pos <= slots[:, None] if rows is None else F.pad(rows.visible.to(self.device), (0, self.capacity - end))
         graphed = self.graphs is not None and t <= MAX_GRAPHED_LENGTH
-        out = self.graphs((t, taps), x, pos) if graphed else self._static((t, taps), x, pos)
+        out = self.graphs((t, taps), x, slots, pos, mask) if graphed else self._static((t, taps), x, slots, pos, mask)
         return out[0], dict(zip(taps, out[1:]))
 
-    def _static(self, key: tuple[int, tuple[int, ...]], x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """:meth:`run` over the whole fixed-capacity cache, flat: the state, then each tap's output. Every shape
-        depends on ``key`` (the number of fed positions, the taps) alone."""
-        out, tapped = self._layers(x, pos, self.capacity, self.key_pos <= pos[:, None], False, key[1])
+    def move(self, length: int, moved: list[int] | tuple[int, ...]) -> None:
+        """Copy the keys and values of the slots ``moved`` to the slots from ``length`` on (a tree's accepted path)."""
+        src = torch.tensor(list(moved), device=self.device)
+        dst = torch.arange(length, length + len(moved), device=self.device)
+        self.k.index_copy_(3, dst, self.k.index_select(3, src))
+        self.v.index_copy_(3, dst, self.v.index_select(3, src))
+
+    def _static(self, key: tuple[int, tuple[int, ...]], x: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`run` over the whole fixed-capacity cache under ``mask`` (t, capacity), flat: the state, then each tap's
+        output. Every shape depends on ``key`` (the number of fed rows, the taps) alone."""
+        out, tapped = self._layers(x, slots, pos, self.capacity, mask, False, key[1])
         return (out, *(tapped[i] for i in key[1]))
 
-    def _layers(self, x: torch.Tensor, pos: torch.Tensor, keys: int, mask: torch.Tensor | None, causal: bool,
+    def _layers(self, x: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor, keys: int, mask: torch.Tensor | None, causal: bool,
                 taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         t = x.shape[1]
         angles = pos.float()[:, None] * self.inv_freq
         angles = torch.cat([angles, angles], -1)
         cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
         outputs = {}
-        for i, (ln1, qkv, o, ln2, gate_up, down) in enumerate(self.layers):
+        for i, (ln1, qkv, o, ln2, gate_up, down, q_norm, k_norm) in enumerate(self.layers):
             q, k, v = qkv(rms_norm(x, ln1, self.eps))
-            q = rotate(q.view(1, t, self.heads, self.head_dim).transpose(1, 2), cos, sin)
-            self.k[i].index_copy_(2, pos, rotate(k.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin))
-            self.v[i].index_copy_(2, pos, v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2))
+            q, k = q.view(1, t, self.heads, self.head_dim), k.view(1, t, self.kv_heads, self.head_dim)
+            if q_norm is not None:  # Qwen3: per-head RMS norms of q and k before the rotation
+                q, k = rms_norm(q, q_norm, self.eps), rms_norm(k, k_norm, self.eps)
+            q = rotate(q.transpose(1, 2), cos, sin)
+            self.k[i].index_copy_(2, slots, rotate(k.transpose(1, 2), cos, sin))
+            self.v[i].index_copy_(2, slots, v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2))
             y = F.scaled_dot_product_attention(q, self.k[i, :, :, :keys], self.v[i, :, :, :keys], attn_mask=mask, is_causal=causal,
                                                enable_gqa=self.kv_heads != self.heads)
             x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
@@ -191,14 +210,17 @@ class LeanStorage:
         self.head_ids = None if ids is None else torch.tensor(ids, device=self.embed.device)
         self.head = vocab_head(m, ids, self.embed.dtype, int8)
 
-    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...],
+            rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         x = F.embedding(torch.tensor(ids, device=self.embed.device), self.embed)[None]
-        x, outputs = self.stack.run(x, start, taps)
+        x, outputs = self.stack.run(x, start, taps, rows)
         x = x[0]
         logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
         if self.head_ids is not None:
             logits = logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
         return logits, {i: h[0] for i, h in outputs.items()}
 
-    def truncate(self, length: int) -> None:
-        """Nothing to do: positions from ``length`` on are overwritten by the next feed."""
+    def truncate(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:
+        """Move the slots ``moved`` after ``length``; the slots after them are overwritten by the next feed."""
+        if moved:
+            self.stack.move(length, moved)

@@ -1,0 +1,224 @@
+"""A comparison as the app shows it, with no gradio: its configurations (a table whose columns are the settings a
+run may vary; the settings its AR baseline reads are shared), ready-made ones written as configs from the strategy
+registries, every run's record by round, the metrics table and the CSV / JSON / trace exports."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specviz.api import Trace
+from specviz.core.errors import ConfigError
+from specviz.core.policy import MAX_GAMMA
+from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
+from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import BASELINE_SETTINGS, drafter_kind
+from specviz.ui.bank import available_drafts, default_draft
+from specviz.ui.exports import export_folder
+from specviz.ui.runs import AR_LABEL, Live
+from specviz.ui.state import form_config
+from specviz.viz import charts
+from specviz.viz.export import run_label
+from specviz.viz.render import column_html, columns_html
+
+SETTINGS = DecodeConfig.settings()
+ROW_SETTINGS = [name for name in SETTINGS if name not in BASELINE_SETTINGS]
+"""A configuration row's settings: every setting but those its AR baseline reads, which all rows share."""
+CONFIG_COLUMNS = ["label", *(SETTINGS[name].label or name for name in ROW_SETTINGS)]
+COLUMN_SETTINGS = {**{SETTINGS[name].label or name: name for name in ROW_SETTINGS}, **{name: name for name in ROW_SETTINGS}}
+"""A column's setting, by its header: the setting's label or its name."""
+MAX_CONFIGS = 4
+METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speedup vs AR", "mean accepted len", "accept rate",
+                  "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
+
+
+def comparison_presets(preset: str) -> dict[str, list[tuple[str, DecodeConfig]]]:
+    """Ready-made comparisons (labelled configs) for the 'load a comparison' dropdown: the preset's draft against the
+    n-gram drafter, a γ sweep, every registered γ policy and acceptance rule against the defaults, and a chain when the
+    preset has a draft model (a feature head drafts from the target's states, so it cannot be a level)."""
+    d, g = default_draft(preset), DecodeConfig.gamma
+
+    def sd(**kw: Any) -> DecodeConfig:
+        return DecodeConfig(preset=preset, **{"draft": d, **kw})
+
+    def groups(names: list[str], first: tuple[str, DecodeConfig], config_of) -> list[list[tuple[str, DecodeConfig]]]:
+        size = MAX_CONFIGS - 1
+        return [[first, *((n, config_of(n)) for n in names[i:i + size])] for i in range(0, len(names), size)]
+
+    tables = {}
+    if d != NGRAM_DRAFT:
+        tables[f"{d} vs n-gram (γ={g})"] = [(f"{d} γ={g}", sd()), (f"{NGRAM_DRAFT} γ={g}", sd(draft=NGRAM_DRAFT))]
+    sweep = sorted({1, g, min(MAX_GAMMA, 2 * g)})
+    tables[f"γ sweep ({', '.join(map(str, sweep))})"] = [(f"{d} γ={x}", sd(gamma=x)) for x in sweep]
+    fixed, exact = DecodeConfig.gamma_policy, DecodeConfig.accept
+    for rows in groups([p for p in GAMMA_POLICIES if p != fixed], (f"{fixed} γ={g}", sd()), lambda p: sd(gamma_policy=p)):
+        tables["γ policies: " + ", ".join(label for label, _ in rows)] = rows
+    for rows in groups([r for r in ACCEPT_RULES if r != exact], (exact, sd()), lambda r: sd(accept=r)):
+        tables["acceptance rules: " + ", ".join(label for label, _ in rows)] = rows
+    models = [x for x in available_drafts(preset) if not drafter_kind(resolve_draft(resolve_preset(preset), x)).reads_features]
+    chain_draft = next((x for x in models if x != NGRAM_DRAFT), None)
+    if chain_draft:
+        tables["plain SD vs polybasic chain"] = [(f"{chain_draft} γ={g}", sd(draft=chain_draft)),
+                                                 (f"{NGRAM_DRAFT}→{chain_draft} chain", sd(draft=None, chain=[NGRAM_DRAFT, chain_draft]))]
+    return tables
+
+
+def table_of(configs: list[tuple[str, DecodeConfig]]) -> pd.DataFrame:
+    """Labelled configs as the configuration table (a list is comma-separated, an unset draft an empty cell)."""
+    def cell(value: Any) -> Any:
+        return ",".join(value) if isinstance(value, list) else "" if value is None else value
+
+    return pd.DataFrame([[label, *(cell(getattr(c, name)) for name in ROW_SETTINGS)] for label, c in configs], columns=CONFIG_COLUMNS)
+
+
+def default_table(preset: str) -> pd.DataFrame:
+    return table_of(next(iter(comparison_presets(preset).values())))
+
+
+def _filled(value: Any) -> bool:
+    return not (value is None or (isinstance(value, float) and value != value) or (isinstance(value, str) and not value.strip()))
+
+
+def parse_table(table: Any, shared: dict) -> list[tuple[str, DecodeConfig]]:
+    """(label, validated config) per non-empty row of the table, with the ``shared`` settings; an empty cell is the
+    setting's default; errors name the row."""
+    df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table or [], columns=CONFIG_COLUMNS)
+    unknown = [str(h) for h in df.columns if h != "label" and h not in COLUMN_SETTINGS]
+    if unknown:
+        raise ConfigError(f"unknown column '{unknown[0]}'; columns: {', '.join(CONFIG_COLUMNS)}")
+    configs = []
+    for _, row in df.iterrows():
+        cells = {h: v for h, v in row.items() if _filled(v)}
+        if not cells:
+            continue
+        label = str(cells.pop("label", f"config {len(configs) + 1}"))
+        try:
+            config = form_config({**shared, **{COLUMN_SETTINGS[h]: v for h, v in cells.items()}})
+        except ConfigError as exc:
+            raise ConfigError(f"configuration row {len(configs) + 1} ({label}): {exc}") from None
+        configs.append((label, config))
+    if not configs:
+        raise ConfigError("add at least one configuration to the table")
+    if len(configs) > MAX_CONFIGS:
+        raise ConfigError(f"compare at most {MAX_CONFIGS} configurations at once, got {len(configs)}")
+    labels = [label for label, _ in configs]
+    if len(set(labels)) != len(labels) or AR_LABEL in labels:
+        raise ConfigError("give every configuration its own label")
+    return configs
+
+
+class Comparison:
+    """The runs of one comparison: per label, every round's record; the first round's runs are displayed."""
+
+    def __init__(self, prompt: str, labels: list[str], configs: dict[str, DecodeConfig], n_rounds: int = 1):
+        self.prompt, self.labels, self.configs, self.n_rounds = prompt, labels, configs, n_rounds
+        self.rounds: dict[str, list[dict]] = {label: [] for label in labels}
+        self.lives: dict[str, Live] = {}
+        """Per label, its first round's run."""
+        self.order: list[str] = []
+        self.views: dict[str, dict] = {}
+        """Per label (first round): the step panel's view, growing with the run, then its trace with the AR baseline."""
+
+    def chunks(self) -> dict[str, list[list]]:
+        return {label: live.chunks for label, live in self.lives.items()}
+
+    def descriptions(self) -> dict[str, str]:
+        return {label: run_label(self.configs[label].to_dict()) for label in self.labels}
+
+    def columns(self, at_s: float | None = None) -> str:
+        return columns_at(self.labels, self.chunks(), self.descriptions(), at_s)
+
+    def race(self):
+        series = [charts.Series(label, [0.0] + [c[0] for c in live.chunks], [0] + [c[1] for c in live.chunks], baseline=label == AR_LABEL)
+                  for label, live in self.lives.items() if live.chunks]
+        return charts.race_figure(series, "All configurations: tokens vs wall-clock time (first round)")
+
+    def max_time(self) -> float:
+        return max((live.chunks[-1][0] for live in self.lives.values() if live.chunks), default=0.0)
+
+
+def columns_at(labels: list[str], chunks: dict[str, list[list]], descriptions: dict[str, str], at_s: float | None = None) -> str:
+    """One column per configuration; with ``at_s``, each shows only what its run had produced by then."""
+    cols = []
+    for label in labels:
+        shown = [c for c in chunks.get(label, []) if at_s is None or c[0] <= at_s + 1e-9]
+        if label not in chunks:
+            sub = f"{descriptions[label]} · waiting"
+        else:
+            when = f" at {at_s:.2f} s" if at_s is not None else ""
+            sub = f"{descriptions[label]} · {shown[-1][1] if shown else 0} tokens{when}"
+        cols.append(column_html(label, sub, "".join(c[2] for c in shown)))
+    return columns_html(cols)
+
+
+def metrics_table(comp: Comparison) -> pd.DataFrame:
+    """Medians over rounds; speedup is the median of per-round ratios to AR (same round)."""
+    rows = []
+    ar_rounds = comp.rounds.get(AR_LABEL, [])
+    for label in comp.labels:
+        recs = comp.rounds[label]
+        if not recs:
+            continue
+        med = lambda key, recs=recs: statistics.median(r["metrics"][key] for r in recs)
+        ratios = [r["metrics"]["tokens_per_s"] / a["metrics"]["tokens_per_s"] for r, a in zip(recs, ar_rounds)
+                  if a["metrics"]["tokens_per_s"] > 0]
+        drafted = any(r["metrics"]["drafted"] for r in recs)
+        positions = [str(comp.order.index(f"{label}#{k + 1}") + 1) for k in range(len(recs)) if f"{label}#{k + 1}" in comp.order]
+        same = all(r["token_ids"] == a["token_ids"] for r, a in zip(recs, ar_rounds)) if ar_rounds else None
+        rows.append([label, ",".join(positions), int(med("new_tokens")), round(med("wall_s"), 3), round(med("tokens_per_s"), 2),
+                     round(statistics.median(ratios), 3) if ratios else None, round(med("mean_accept_len"), 3),
+                     round(med("accept_rate"), 3) if drafted else None, round(med("draft_ms"), 1), round(med("verify_ms"), 1),
+                     round(med("overhead_ms"), 1), "–" if same is None else ("yes" if same else "no")])
+    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
+
+
+def view_key(label: str) -> str:
+    return f"compare: {label}"
+
+
+def save_column_traces(comp: Comparison, session: dict) -> list[str]:
+    """Each column's first run as a trace file (with the AR run as its baseline); the step panel shows them."""
+    folder, paths = export_folder(), []
+    ar = comp.views.get(AR_LABEL)
+    for i, label in enumerate(comp.labels):
+        view = comp.views.get(label)
+        if view is None or "spans" not in view:
+            continue
+        view["baseline"] = {k: v for k, v in ar.items() if k not in ("follow", "selector")} if ar and label != AR_LABEL else None
+        session["views"][view_key(label)] = view
+        path = folder / f"specviz-compare-{i + 1}-{re.sub(r'[^a-z0-9]+', '-', label.lower()).strip('-')[:40]}.json"
+        Trace.from_dict({k: v for k, v in view.items() if k not in ("follow", "selector")}).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def export(comp: Comparison, shared: dict, warmup_tokens: int) -> tuple[Path, Path]:
+    """Every step of every run as CSV, and the whole comparison as JSON, in a fresh temp folder."""
+    folder = export_folder()
+    fields = ["config", "round", "order", *ROW_SETTINGS, "step", "drafter", "gamma", "drafted", "accepted", "emitted",
+              "accept_reasons", "draft_ms", "verify_ms", "overhead_ms", "total_ms", "elapsed_ms"]
+    csv_path, json_path = folder / "specviz-compare-steps.csv", folder / "specviz-compare.json"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(fields)
+        for label in comp.labels:
+            for rec in comp.rounds[label]:
+                c = rec["config"]
+                settings = [",".join(c[n]) if isinstance(c[n], list) else c[n] for n in ROW_SETTINGS]
+                for e in rec["events"]:
+                    w.writerow([label, rec["round"], rec["order"], *settings, e["step"], e["drafter"], e["gamma"], len(e["draft_ids"]),
+                                e["accepted"], len(e["emitted_ids"]), " ".join(e["accept_reasons"]), round(e["draft_ms"], 3),
+                                round(e["verify_ms"], 3), round(e["overhead_ms"], 3), round(e["total_ms"], 3), round(e["elapsed_ms"], 3)])
+    summary = metrics_table(comp)
+    payload = {"prompt": comp.prompt, "shared": shared, "order": comp.order, "warmup_tokens": warmup_tokens,
+               "summary": json.loads(summary.to_json(orient="records")),
+               "runs": [rec for label in comp.labels for rec in comp.rounds[label]]}
+    json_path.write_text(json.dumps(payload, indent=1, default=str))
+    return csv_path, json_path

@@ -1,0 +1,337 @@
+"""Token trees: greedy tree decoding equals transformers' generate for every drafter, budget and kind, on the lean
+path (growing and fixed-capacity caches) and on transformers' own forward; sampled trees keep the target's
+distribution (and a deterministic top-k tree, verified the same way, does not); every step records a well-formed tree
+whose decisions recompute from its records."""
+
+import pytest
+import torch
+
+from specviz.core.cache import CachedModel
+from specviz.core.drafters import ModelDrafter, NGramDrafter
+from specviz.core.engine import decode
+from specviz.core.policy import LengthPolicy
+from specviz.core.sampling import Sampler
+from specviz.core.tree import Tree, TreeShape, ancestry, depths, grow_tree, verify_tree
+from specviz.methods.feature_head import FeatureDrafter
+from specviz.models.backends import cached_model
+from specviz.models.backends.graphs import eager_capture
+from specviz.models.backends.lean import LeanStorage
+
+from .conftest import chi_square_p, seeded
+from .test_acceptance import exact_two_token_joint, normalised
+from .test_eagle3 import HEADS as EAGLE3_HEADS
+from .test_eagle3 import drafter_for, heads, target_models, targets  # noqa: F401  (fixtures)
+from .test_engine import PROMPTS, reference
+from .test_feature_head import random_head
+
+REPEATS = [1, 2, 3, 1, 2, 4, 1, 2, 5, 7, 1, 2, 3, 9, 1, 2]  # the suffix [1, 2] was followed by 3, 4 and 5
+
+
+def run_tree(target, drafter, nodes, kind="dynamic", branch=2, prompt=PROMPTS[0], n=30, sampler=None):
+    return list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(nodes), sampler=sampler or Sampler(),
+                       max_new_tokens=n, tree=TreeShape(nodes, branch, kind, nodes)))
+
+
+def emitted(events):
+    return [t for e in events for t in e.emitted_ids]
+
+
+def check_tree(event, nodes):
+    """A well-formed tree: parents before children, the accepted path a root-down branch whose tokens come first."""
+    tree, ids = event.tree, event.draft_ids
+    parents, path = tree["parents"], tree["accepted_path"]
+    assert len(parents) == len(ids) == len(tree["nodes"]) <= event.gamma <= nodes
+    assert all(-1 <= parent < i for i, parent in enumerate(parents))
+    assert [parents[i] for i in path] == ([-1] + path[:-1])[: len(path)]
+    assert event.emitted_ids[: len(path)] == [ids[i] for i in path] and len(event.emitted_ids) <= len(path) + 1
+    assert event.accepted == len(path)
+    siblings = {}
+    for i, parent in enumerate(parents):
+        siblings.setdefault(parent, []).append(ids[i])
+    assert all(len(set(kids)) == len(kids) for kids in siblings.values())  # children are drawn without replacement
+    for i, node in enumerate(tree["nodes"]):
+        assert (node["token"], node["parent"]) == (ids[i], parents[i])
+        assert node["accepted"] == (True if i in path else node["accepted"])
+        if node["u"] is not None:  # sampled: the decision recomputes from the record
+            assert node["accepted"] == (node["u"] * node["q"] < node["p"])
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+@pytest.mark.parametrize("nodes", [1, 4, 8])
+@pytest.mark.parametrize("which", ["other", "self", "ngram"])
+@pytest.mark.parametrize("prompt", [PROMPTS[0], REPEATS])
+def test_greedy_trees_match_generate(tiny_target, tiny_draft, which, nodes, kind, prompt):
+    drafter = {"other": lambda: ModelDrafter(cached_model(tiny_draft)), "self": lambda: ModelDrafter(cached_model(tiny_target)),
+               "ngram": NGramDrafter}[which]()
+    events = run_tree(cached_model(tiny_target), drafter, nodes, kind, prompt=prompt)
+    assert emitted(events) == reference(tiny_target, prompt, 30)
+    for e in events:
+        if e.draft_ids:
+            check_tree(e, nodes)
+    if which == "self":  # the draft is the target: the root's first child chain is always accepted
+        assert all(e.accepted >= 1 for e in events[:-1])
+
+
+def test_ngram_offers_every_continuation_the_text_has(tiny_target):
+    events = run_tree(cached_model(tiny_target), NGramDrafter(), 6, branch=3, prompt=REPEATS, n=2)
+    first = events[0]
+    roots = [t for t, parent in zip(first.draft_ids, first.tree["parents"]) if parent == -1]
+    assert sorted(roots) == [3, 4, 5]
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_transformers_forward_takes_the_tree_mask(tiny_target, tiny_draft, kind):
+    """transformers' own forward (DynamicCache, a custom 4D mask and position ids) for both models."""
+    events = run_tree(CachedModel(tiny_target), ModelDrafter(CachedModel(tiny_draft)), 6, kind, prompt=PROMPTS[3])
+    assert emitted(events) == reference(tiny_target, PROMPTS[3], 30)
+
+
+def test_fixed_capacity_caches_keep_static_shapes(tiny_target, tiny_draft):
+    """A GPU run's caches: fixed capacity (room for the tree's slots), forwards recorded (eagerly here)."""
+    prompt, n, nodes = PROMPTS[1], 30, 6
+    capacity = len(prompt) + n + 1 + nodes
+    target = CachedModel(tiny_target, storage=LeanStorage(tiny_target, 96, capacity=capacity, capture=eager_capture), taps=(1,))
+    head = FeatureDrafter(random_head(tiny_target, 3), target, None, capacity=capacity, capture=eager_capture)
+    assert emitted(run_tree(target, head, nodes, prompt=prompt, n=n)) == reference(tiny_target, prompt, n)
+    assert target.storage.stack.graphs.recorded and head.stack.graphs.recorded
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+@pytest.mark.parametrize("nodes", [3, 8])
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_feature_head_trees_match_generate(tiny_target, nodes, kind, prompt):
+    target = cached_model(tiny_target, taps=(0, 1))
+    events = run_tree(target, FeatureDrafter(random_head(tiny_target, 1, (0, 1)), target, None), nodes, kind, prompt=prompt)
+    assert emitted(events) == reference(tiny_target, prompt, 30)
+    assert sum(len(e.draft_ids) for e in events) > 10
+
+
+@pytest.mark.parametrize("make", ["model", "head"])
+def test_a_greedy_trees_first_children_are_the_chain_draft(tiny_target, tiny_draft, make):
+    """Down the first child of every node, a greedy dynamic tree is the drafter's own chain: the tree mask and positions
+    of the drafting forwards are right."""
+    target = cached_model(tiny_target, taps=(0, 1))
+    drafter = ModelDrafter(cached_model(tiny_draft)) if make == "model" else \
+        FeatureDrafter(random_head(tiny_target, 2, (0, 1)), target, None)
+    tokens = PROMPTS[3]
+    drafter.observe(target.forward(tokens, keep=1))  # the target's states of every position (a model draft ignores them)
+    tree = drafter.propose_tree(tokens, TreeShape(12, 2, "static", 6), Sampler())
+    chain = [tree.ids[i] for i in range(0, len(tree.ids), 2)]  # static: two chains, nodes interleaved level by level
+    assert chain == drafter.propose(tokens, 6, Sampler()).ids
+
+
+def test_one_token_prompt_drafts_an_empty_tree_first(tiny_target):
+    target = cached_model(tiny_target, taps=(1,))
+    events = run_tree(target, FeatureDrafter(random_head(tiny_target), target, None), 4, prompt=[42], n=10)
+    assert events[0].draft_ids == [] and emitted(events) == reference(tiny_target, [42], 10)
+
+
+def test_tree_helpers():
+    parents = [-1, -1, 0, 0, 2]
+    assert depths(parents) == [1, 1, 2, 2, 3]
+    assert ancestry(parents)[4].tolist() == [True, False, True, False, True]
+
+
+V = 6
+
+
+def synthetic(seed):
+    """A root distribution and one per token for the next position, for p and for q."""
+    g = seeded(seed)
+    p1, q1 = normalised(torch.rand(V, generator=g) ** 3), normalised(torch.rand(V, generator=g) ** 3)
+    return p1, q1, normalised(torch.rand(V, V, generator=g) ** 3), normalised(torch.rand(V, V, generator=g) ** 3)
+
+
+def first_token_counts(build, n, seed=0):
+    """Verify n trees (``build(q1, q2, sampler)``) against a synthetic target; count the first emitted token."""
+    p1, q1, p2, q2 = synthetic(seed)
+    sampler, counts = Sampler(temperature=1.0, seed=seed), torch.zeros(V)
+    for _ in range(n):
+        tree = build(q1, q2, sampler)
+        p = torch.stack([p1] + [p2[t] for t in tree.ids])
+        verdict = verify_tree(tree.ids, tree.parents, tree.q, p.log(), p, sampler)
+        counts[tree.ids[verdict.path[0]] if verdict.path else verdict.next_token] += 1
+    return counts, p1
+
+
+def drafted(kind, nodes=4, branch=3):
+    def build(q1, q2, sampler):
+        expand = lambda ids, parents, new: q2[[ids[m] for m in new]] if new else q1[None]  # noqa: E731
+        return grow_tree(expand, TreeShape(nodes, branch, kind, 3), sampler)
+    return build
+
+
+def deterministic_top_k(q1, q2, sampler, k=3):
+    """The broken variant: the root's k most likely draft tokens as children, verified by the same recursive rule."""
+    ids = q1.topk(k).indices.tolist()
+    stages = q1.expand(k, -1).clone()
+    for j in range(1, k):
+        stages[j:, ids[j - 1]] = 0
+    return Tree(ids, [-1] * k, stages / stages.sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_sampled_trees_keep_the_target_distribution(kind):
+    n = 6000
+    counts, p1 = first_token_counts(drafted(kind), n)
+    assert chi_square_p(counts, n * p1) > 1e-3
+
+
+def test_deterministic_top_k_children_are_not_exact():
+    n = 6000
+    counts, p1 = first_token_counts(deterministic_top_k, n)
+    assert chi_square_p(counts, n * p1) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_sampled_tree_decoding_matches_the_target_on_a_model(small_vocab_pair, kind):
+    """Two tokens from the engine with tree drafts (T = 0.8, top-p 0.95): their joint is the target's."""
+    target, draft = small_vocab_pair
+    prompt = [3, 1, 4]
+    joint = exact_two_token_joint(target, prompt, 0.8, 0.95).flatten()
+    counts = torch.zeros_like(joint)
+    n = 1200
+    for seed in range(n):
+        events = run_tree(cached_model(target), ModelDrafter(cached_model(draft)), 4, kind, prompt=prompt, n=2,
+                          sampler=Sampler(0.8, 0.95, seed))
+        t1, t2 = emitted(events)[:2]
+        counts[t1 * target.vocab_size + t2] += 1
+        for e in events:
+            if e.draft_ids:
+                check_tree(e, 4)
+    keep = joint * n >= 5
+    observed = torch.cat([counts[keep], counts[~keep].sum()[None]])
+    expected = torch.cat([joint[keep], joint[~keep].sum()[None]]) * n
+    assert chi_square_p(observed, expected) > 1e-3
+
+
+def test_tree_steps_round_trip_as_trace_steps(tiny_target, tiny_draft):
+    from specviz.core.engine import StepEvent
+
+    events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 4, n=6)
+    assert all(StepEvent(**e.to_dict()) == e for e in events)
+    chain = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[NGramDrafter()], policy=LengthPolicy(2), max_new_tokens=4))
+    assert all("tree" not in e.to_dict() for e in chain)  # a chain's steps are written as before
+
+
+REAL_DRAFTS = ["head", "draft-m", "ngram"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("item", [0, 17, 40])
+def test_real_target_trees_match_generate(bank, item):
+    """The offline target, greedy, 32 tokens: trees of 4 and 8 nodes (dynamic; static at 8) from every drafter."""
+    from specviz.analysis.suites import load_suite
+    from specviz.runtime.config import DecodeConfig
+    from specviz.runtime.prepare import prepare
+
+    from .test_exact_real import generate_reference
+
+    prompt = load_suite("all")[item]["prompt"]
+    reference = generate_reference(prepare(DecodeConfig(method="ar", max_new_tokens=64), prompt, bank))[:32]
+    for draft in REAL_DRAFTS:
+        for nodes, kind in ((4, "dynamic"), (8, "dynamic"), (8, "static")):
+            run = prepare(DecodeConfig(draft=draft, tree_nodes=nodes, tree_kind=kind, max_new_tokens=32), prompt, bank)
+            events = list(run.events())
+            assert emitted(events) == reference, (draft, nodes, kind)
+            for e in events:
+                if e.draft_ids:
+                    check_tree(e, nodes)
+
+
+@pytest.mark.slow
+def test_cli_json_contract_for_trees():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "specviz", "generate", "--draft", "head", "--tree-nodes", "8", "--temperature", "0", "--json",
+           "--max-new-tokens", "24", "--prompt", "List three primary colours."]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout)
+    steps = [s for s in out["steps"] if s["draft_ids"]]
+    assert steps and out["metrics"]["mean_accept_len"] == pytest.approx(len(out["token_ids"]) / len(out["steps"]))
+    for s in steps:
+        parents, path = s["tree"]["parents"], s["tree"]["accepted_path"]
+        assert len(parents) == len(s["draft_ids"]) and all(-1 <= p < i for i, p in enumerate(parents))
+        assert s["emitted_ids"][: len(path)] == [s["draft_ids"][i] for i in path]
+
+
+@pytest.mark.parametrize("nodes", [4, 8])
+@pytest.mark.parametrize("name", ["eagle", "eagle-qwen3-explicit-layers"])
+def test_published_eagle3_head_trees_match_generate(target_models, heads, name, nodes):  # noqa: F811  (fixtures)
+    lm = target_models[EAGLE3_HEADS[name][0]]
+    for prompt in PROMPTS[:2]:
+        drafter = drafter_for(lm, heads[name])
+        events = run_tree(drafter.target, drafter, nodes, prompt=prompt, n=24)
+        assert emitted(events) == reference(lm, prompt, 24)
+        assert sum(len(e.draft_ids) for e in events) > 10
+    drafter, tokens = drafter_for(lm, heads[name]), PROMPTS[3]
+    drafter.observe(drafter.target.forward(tokens, keep=1))
+    tree = drafter.propose_tree(tokens, TreeShape(8, 2, "static", 4), Sampler())
+    assert [tree.ids[i] for i in range(0, 8, 2)] == drafter.propose(tokens, 4, Sampler()).ids
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"accept": "judge"}, "exact rule only"),
+    ({"chain": ["draft-s", "draft-m"]}, "one draft"),
+    ({"gamma_policy": "fsm"}, "fixed or chosen by --gamma-policy online"),
+    ({"method": "ar"}, "one draft"),
+])
+def test_tree_settings_refuse_what_trees_do_not_support(settings, message):
+    from specviz.core.errors import ConfigError
+    from specviz.runtime.config import DecodeConfig
+
+    with pytest.raises(ConfigError, match=message):
+        DecodeConfig(tree_nodes=4, **settings).validate()
+
+
+def test_views_draw_each_steps_tree(tiny_target, tiny_draft):
+    from specviz.viz.teach import microscope_html, narrate
+
+    events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12)
+    for e in (x.to_dict() for x in events if x.draft_ids):
+        page, words = microscope_html(e, {}), narrate(e, {})
+        path, nodes = e["tree"]["accepted_path"], e["tree"]["nodes"]
+        assert page.count('class="sv-node sv-path"') == len(path)
+        assert page.count('class="sv-node sv-rejected"') == sum(n["accepted"] is False for n in nodes)
+        assert page.count('class="sv-node sv-unchecked"') == sum(n["accepted"] is None for n in nodes)
+        assert all(f'id="sv-node-{e["step"]}-{i}"' in page for i in range(len(nodes)))  # each node opens its record
+        assert "tree of" in words and ("won" in words or "No root child passed" in words)
+
+
+def test_the_token_view_reads_a_tree_step_as_its_accepted_path(tiny_target, tiny_draft):
+    from specviz.viz.trace import step_spans
+
+    class Pieces:
+        def piece(self, context, token):
+            return f"<{token}>"
+
+    events, context = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12), list(PROMPTS[0])
+    for e in events:
+        spans = step_spans(e.to_dict(), context, Pieces())
+        kept = [s for s in spans if s.kind not in ("rejected", "unchecked")]
+        assert [s.token_id for s in kept] == e.emitted_ids
+        context += e.emitted_ids
+
+
+def test_the_online_policy_chooses_each_steps_budget(tiny_target):
+    from specviz.methods.policies import OnlinePolicy
+
+    events = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
+                         policy=OnlinePolicy.from_gamma(8), max_new_tokens=40, tree=TreeShape(8, 2, "dynamic", 8)))
+    assert emitted(events) == reference(tiny_target, PROMPTS[0], 40)
+    assert len({e.gamma for e in events}) > 2 and all(e.gamma <= 12 for e in events)
+    assert any(e.policy and "pred_tok_s" in e.policy for e in events)
+
+
+@pytest.mark.parametrize("tree", [None, TreeShape(6, 2, "dynamic", 6)])
+def test_without_records_a_run_emits_the_same_and_leaves_out_what_only_views_read(tiny_target, tiny_draft, tree):
+    def steps(record):
+        return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_draft))],
+                           policy=LengthPolicy(6), sampler=Sampler(0.9, seed=3), max_new_tokens=20, tree=tree, record=record))
+
+    full, lean = steps(True), steps(False)
+    assert [e.emitted_ids for e in lean] == [e.emitted_ids for e in full]
+    assert all(not (e.draft_p or e.draft_q or e.emitted_p or e.verify) for e in lean)
+    assert any(e.verify or e.tree for e in full)
