@@ -5,12 +5,12 @@ No model can travel to a lent GPU machine (no network there, 64 MiB of repositor
 random weights in the shape that matters:
 1. the CUDA subset of the unit tests (``SPECVIZ_TEST_DEVICE=cuda``);
 2. greedy exactness against transformers' ``generate`` in fp32: a random target of SmolLM2-135M's shape with a random
-   small draft, the n-gram lookup and a feature head, on the static-shape cache with CUDA graphs; and tiny Llama and
-   Qwen3 targets with synthetic EAGLE-3 heads in both published layouts (``tests/eagle3_heads.py``);
+   small draft, the n-gram lookup and a feature head (chains and 8-node token trees), on the static-shape cache with
+   CUDA graphs; and tiny Llama and Qwen3 targets with synthetic EAGLE-3 heads in both published layouts (``tests/eagle3_heads.py``);
 3. a random target of Qwen3-8B's shape in bf16: AR tok/s against ``generate`` (interleaved rounds), against the
-   bandwidth limit (weight bytes ÷ the measured device-to-device copy bandwidth), the verify cost of 1…8 fed tokens
+   bandwidth limit (weight bytes ÷ the measured device-to-device copy bandwidth), the verify cost of 1…64 fed tokens
    relative to 1, CUDA graphs on against off (the capture counted), and one speculative run's draft / verify / overhead
-   split with a synthetic EAGLE-3 head of the published 8B heads' shape.
+   split with a synthetic EAGLE-3 head of the published 8B heads' shape, as a chain and as a dynamic token tree.
 Random heads are rarely accepted, so (3) measures costs, not speedups.
 """
 
@@ -39,6 +39,7 @@ from specviz.core.cache import LoadedModel  # noqa: E402
 from specviz.core.drafters import ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.policy import LengthPolicy  # noqa: E402
+from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead  # noqa: E402
 from specviz.models.backends import cached_model  # noqa: E402
@@ -51,7 +52,8 @@ QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, nu
                 num_key_value_heads=8, head_dim=128, rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=40960,
                 tie_word_embeddings=False)
 CUDA_TESTS = ["tests/test_engine.py", "tests/test_lean.py", "tests/test_acceptance.py", "tests/test_chain.py", "tests/test_feature_head.py",
-              "tests/test_policies.py", "tests/test_eagle3.py"]
+              "tests/test_eagle3.py", "tests/test_tree.py"]
+"""The engine's tests that touch the device (the γ policies' arithmetic is left to the CPU run, to keep the call short)."""
 ROWS: list[dict] = []
 DEVICE, GRAPHS = "cuda", True  # --smoke: the CPU, tiny shapes and no graphs, to try the script before a device call
 
@@ -136,11 +138,12 @@ def exactness_135m(n: int) -> None:
     draft = random_model({**SMOLLM2_135M, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                           "num_key_value_heads": 2}, "llama", torch.float32, seed=1)
     head = FeatureHead(target.model.config, (3, 14, 29)).to(device=DEVICE, dtype=torch.float32).eval()
-    cases = [("ar", 0)] + [(d, g) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3)]
+    cases = [("ar", 0, None)] + [(d, g, None) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3, None)]
+    cases += [(d, 8, TreeShape(8, 2, "dynamic", 8)) for d in ("draft", "ngram", "feature head")]
     for prompt_set, ids in enumerate(prompts(3, SMOLLM2_135M["vocab_size"])):
         ref = generate(target, ids, n)
-        for name, gamma in cases:
-            capacity = len(ids) + n + 1
+        for name, gamma, tree in cases:
+            capacity = len(ids) + n + 1 + MAX_TREE_NODES
             cached = cached_model(target, capacity=capacity, graphs=GRAPHS, taps=(3, 14, 29) if name == "feature head" else ())
             drafters = []
             if name == "draft":
@@ -149,10 +152,11 @@ def exactness_135m(n: int) -> None:
                 drafters = [NGramDrafter()]
             elif name == "feature head":
                 drafters = [FeatureDrafter(head, cached, None, "head", capacity)]
-            out = emitted(decode(cached, ids, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n))
+            out = emitted(decode(cached, ids, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
             d = first_difference(out, ref)
             note = "" if d is None else f"first difference at {d}, top-2 margin {top2_margin(target, ids + ref[:d]):.5f}"
-            label = f"135M-shape {name} γ={gamma} prompt {prompt_set} (len {len(ids)})"
+            shape = f"tree of {gamma} nodes" if tree else f"γ={gamma}"
+            label = f"135M-shape {name} {shape} prompt {prompt_set} (len {len(ids)})"
             record("exactness fp32", label, "equal" if d is None else "DIFFERS", "", note)
 
 
@@ -239,20 +243,21 @@ def ar_8b(target: LoadedModel, n: int, rounds: int) -> None:
 
 
 @guarded("8B verify cost")
-def verify_cost(target: LoadedModel, context: int = 512, reps: int = 10) -> None:
-    ids = prompts(1, target.vocab_size, lengths=(context + 8,))[0]
+def verify_cost(target: LoadedModel, context: int = 512, reps: int = 10, fed: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 16, 32, 64)) -> None:
+    ids = prompts(1, target.vocab_size, lengths=(context + max(fed),))[0]
     for graphs in sorted({GRAPHS, False}, reverse=True):
-        cached = cached_model(target, capacity=context + 9, graphs=graphs)
+        cached = cached_model(target, capacity=context + max(fed) + 1, graphs=graphs)
         cached.forward(ids[:context], keep=1)
         costs = {}
-        for k in range(1, 9):
+        for k in fed:
             feed = ids[:context + k]
             for _ in range(2):  # the graph of this length is captured here
                 cached.forward(feed, keep=k)
             costs[k] = statistics.median(timed(lambda feed=feed, k=k, cached=cached: cached.forward(feed, keep=k)) for _ in range(reps))
         mode = f"graphs {'on' if graphs else 'off'}"
         ms = " ".join(f"{1e3 * c:.2f}" for c in costs.values())
-        record("8B verify cost", f"{mode}: ms for 1..8 fed tokens", ms, "ms", f"after {context} cached positions, median of {reps}")
+        record("8B verify cost", f"{mode}: ms for {', '.join(map(str, fed))} fed tokens", ms, "ms",
+               f"after {context} cached positions, median of {reps}")
         record("8B verify cost", f"{mode}: cost relative to 1 token", " ".join(f"{c / costs[1]:.2f}" for c in costs.values()))
 
 
@@ -263,14 +268,16 @@ def speculative_split(target: LoadedModel, n: int) -> None:
                                device=DEVICE)
         head = load_eagle3(head_path, target.model)
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
-    for gamma in (3, 6):
+    for gamma, tree in ((3, None), (6, None), (16, TreeShape(16, 4, "dynamic", 16))):
         runs = []
         for _ in range(2):  # the first run captures the graphs
-            cached = cached_model(target, capacity=len(prompt) + n + 1, graphs=GRAPHS, taps=head.taps)
-            runs.append(list(decode(cached, prompt, drafters=[Eagle3Drafter(head, cached)], policy=LengthPolicy(gamma), max_new_tokens=n)))
+            cached = cached_model(target, capacity=len(prompt) + n + 1 + MAX_TREE_NODES, graphs=GRAPHS, taps=head.taps)
+            runs.append(list(decode(cached, prompt, drafters=[Eagle3Drafter(head, cached)], policy=LengthPolicy(gamma), max_new_tokens=n,
+                                    tree=tree)))
         steps = [e for e in runs[-1][1:] if e.draft_ids]
         split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
-        record("8B speculative step", f"EAGLE-3 head γ={gamma}: draft / verify / overhead / total per step",
+        shape = f"dynamic tree of {gamma} nodes" if tree else f"γ={gamma}"
+        record("8B speculative step", f"EAGLE-3 head {shape}: draft / verify / overhead / total per step",
                " / ".join(f"{v:.2f}" for v in split.values()), "ms",
                f"median over {len(steps)} steps; accepted {sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} "
                "drafts (random head)")
@@ -283,6 +290,10 @@ def device_name() -> str:
 def write(out_dir: Path, started: float) -> Path:
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", device_name()).strip("-").lower()
     stem = out_dir / f"{datetime.date.today().isoformat()}-{gpu}"
+    for n in range(2, 100):  # a rerun never overwrites an earlier run's files
+        if not stem.with_suffix(".md").exists():
+            break
+        stem = out_dir / f"{datetime.date.today().isoformat()}-{gpu}-{n}"
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(stem.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["section", "metric", "value", "unit", "note"])
@@ -308,7 +319,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "cuda")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--test-seconds", type=int, default=150)
+    ap.add_argument("--test-seconds", type=int, default=230)
     ap.add_argument("--smoke", action="store_true", help="try the script on the CPU with tiny shapes (no graphs, no tests)")
     a = ap.parse_args()
     global DEVICE, GRAPHS, QWEN3_8B, SMOLLM2_135M

@@ -44,7 +44,7 @@ def browser_run(page) -> dict:
     before = page.evaluate(TRACE_HREF)
     page.click("#explore-run")
     page.wait_for_function(f"({TRACE_HREF})() !== {json.dumps(before)} && document.querySelector('#explore-status .sv-status-ok')",
-                           timeout=LONG, polling=200)
+                           timeout=LONG, polling=1000)
     return json.loads(Path(unquote(page.evaluate(TRACE_HREF).split("file=", 1)[1])).read_text())
 
 

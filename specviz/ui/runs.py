@@ -27,7 +27,7 @@ AR_LABEL = "autoregressive (AR baseline)"
 BASELINE_CACHE_SIZE = 8
 REDRAW_EVERY_S = 0.5
 """How often a streaming run redraws its tokens, status and headline: the browser's drawing shares the decode's cores."""
-CHARTS_EVERY_S = 2.5
+CHARTS_EVERY_S = 5.0
 """How often it redraws a live plotly chart, the costliest output to build and to draw."""
 
 
