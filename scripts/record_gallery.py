@@ -20,6 +20,7 @@ METHODS = {
     "judge decoding": {"draft": "draft-s", "accept": "judge", "judge_threshold": 0.5},
     "polybasic chain ngram, draft-s, draft-m": {"chain": ["ngram", "draft-s", "draft-m"]},
     "prompt lookup (n-gram)": {"draft": "ngram"},
+    "token tree, feature head": {"draft": "head", "tree_nodes": 8},
 }
 
 
