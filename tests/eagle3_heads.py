@@ -125,8 +125,8 @@ def reference_drafts(head_dir: Path, target, tokens: list[int], gamma: int) -> l
     eps, theta = layer_config["rms_norm_eps"], layer_config.get("rope_theta", 10000.0)
     heads, kv_heads, d = layer_config["num_attention_heads"], layer_config["num_key_value_heads"], layer_config["head_dim"]
     n_layers = target.config.num_hidden_layers
-    aux = sorted(config.get("eagle_aux_hidden_state_layer_ids") or (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-                 or [2, n_layers // 2, n_layers - 3])
+    explicit = config.get("eagle_aux_hidden_state_layer_ids") or (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    aux = sorted(explicit or [2, n_layers // 2, n_layers - 3])
     nbr = bool(config.get("norm_before_residual", False))
     with torch.no_grad():
         out = target(input_ids=torch.tensor([tokens[:-1]], device=target.device), output_hidden_states=True)
