@@ -21,13 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specviz.core.cache import CachedModel, Forward, TreeRows
-from specviz.core.drafters import Draft, Drafter, StopRule, level_record, state_expander
+from specviz.core.cache import CachedModel, TreeRows
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import DRAFTERS
-from specviz.core.sampling import Sampler
-from specviz.core.tree import Expander
-from specviz.methods.feature_head import ForwardTimer
+from specviz.methods.feature_head import StateDrafter
 from specviz.models.backends.lean import rms_norm, rotate
 
 LAYER_KEYS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
@@ -241,12 +238,8 @@ def load_eagle3(source: str | Path, target: torch.nn.Module) -> Eagle3Head:
 
 
 @DRAFTERS.register("A published EAGLE-3 head (EAGLE or speculators layout) drafting from the target's states.", name="eagle3")
-class Eagle3Drafter(Drafter):
-    """Drafts with an :class:`Eagle3Head`: :meth:`observe` keeps g of every position the target computes; a proposal
-    first feeds the head every committed position it lacks with those true states (replacing whatever drafts of a
-    rejected branch left in its cache), then drafts from its own outputs."""
-
-    reads_features = True
+class Eagle3Drafter(StateDrafter):
+    """Drafts with an :class:`Eagle3Head`: the target's state at a position is g, ``fc`` over its tapped layers."""
 
     @classmethod
     def claims(cls, source: object) -> bool:
@@ -269,63 +262,14 @@ class Eagle3Drafter(Drafter):
     def __init__(self, head: Eagle3Head, target: CachedModel, name: str = "eagle3"):
         if not set(head.taps) <= set(target.taps):
             raise ValueError(f"the EAGLE-3 drafter reads the target's states: build the target with taps={head.taps}")
-        self.name, self.head, self.target = name, head, target
-        self.timer = ForwardTimer(name, target.lm.device)
-        self.models = [self.timer]
-        self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i with the target's g[i]
-        self.states: torch.Tensor | None = None  # g[i] at row i
-        self.cache = HeadCache()
+        super().__init__(name, target)
+        self.head, self.cache = head, HeadCache()
 
-    def observe(self, target: Forward) -> None:
-        g = self.head.fuse(target.layers)
-        end, have = target.start + g.shape[0], 0 if self.states is None else self.states.shape[0]
-        if end > have:
-            grown = g.new_zeros((max(end, 2 * have, 256), g.shape[1]))
-            if have:
-                grown[:have] = self.states
-            self.states = grown
-        self.states[target.start:end] = g
+    def _state(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
+        return self.head.fuse(layers)
 
-    def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
-        t0 = self.timer.times.start()
-        h = self.head.forward(states, next_ids, start, self.cache, rows)
-        self.timer.times.stop(t0)
-        return h
+    def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
+        return self.head.forward(states, next_ids, start, self.cache, rows)
 
-    def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
-        """Feed positions before ``upto`` the head has not read with the target's states; the last output."""
-        if upto <= 0:
-            return None
-        valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
-        valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
-        self.fed = tokens[1:upto + 1]
-        return self._run(self.states[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
-
-    @torch.inference_mode()
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        watch = self.timer.times.watch
-        start, n, forwards, ids, qs = watch.mark(), len(tokens) - 1, self.timer.forwards, [], []
-        h = self._catch_up(tokens, n) if gamma > 0 else None
-        while h is not None and len(ids) < gamma:
-            logits = self.head.logits(h, self.target.vocab_size)[0]
-            q = sampler.probs(logits)
-            if stop is not None and stop(q):
-                break
-            ids.append(int(sampler.pick(logits, q)))
-            qs.append(q)
-            if len(ids) < gamma:
-                h = self._run(h, ids[-1:], n + len(ids) - 1)
-        work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(ids, torch.stack(qs) if qs else None, self.name, {"levels": [work]})
-
-    @torch.inference_mode()
-    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
-        n, vocab = len(tokens) - 1, self.target.vocab_size
-        return state_expander(self._catch_up(tokens, n), n, self._run, lambda h: self.head.logits(h, vocab), vocab, sampler)
-
-    @torch.inference_mode()
-    def prefill(self, tokens: list[int]) -> None:
-        self._catch_up(tokens, len(tokens) - 2)
-
-    def can_draft(self, tokens: list[int]) -> bool:
-        return len(tokens) >= 2
+    def _logits(self, state: torch.Tensor) -> torch.Tensor:
+        return self.head.logits(state, self.target.vocab_size)

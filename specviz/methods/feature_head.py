@@ -153,61 +153,39 @@ class ForwardTimer(Timed):
         self.name, self.times = name, ForwardTimes(device)
 
 
-@DRAFTERS.register("An EAGLE-style head drafting from the target's own hidden states.", ("full_draft_vocab",), name=HEAD_KIND)
-class FeatureDrafter(Drafter):
-    """Drafts with a :class:`FeatureHead` over the target's states: the target is built with the head's ``taps``,
-    and :meth:`observe` keeps the state of every position each target forward returns.
-
-    The head's KV cache holds positions fed with the target's true states; positions fed with the head's own
-    estimates (drafts 2..γ) are overwritten at the next proposal, so rejected drafts need no bookkeeping."""
+class StateDrafter(Drafter):
+    """A drafter that drafts from the target's states (the feature head, published EAGLE-3 heads): :meth:`observe` keeps
+    the state of every position each target forward returns; a proposal first feeds the head every committed position
+    it has not read with those true states, then drafts from the head's own outputs. The head's KV cache therefore
+    holds the target's states at committed positions: whatever drafts of a rejected branch wrote there is overwritten
+    at the next proposal, so rejected drafts need no bookkeeping. A subclass gives :meth:`_state`, :meth:`_forward` and
+    :meth:`_logits`."""
 
     reads_features = True
 
-    @classmethod
-    def claims(cls, source: object) -> bool:
-        return isinstance(source, str | Path) and is_feature_head(Path(source))
-
-    @classmethod
-    def reads_layers(cls, source: object, n_layers: int) -> tuple[int, ...]:
-        return head_taps(Path(source), n_layers)
-
-    @classmethod
-    def preload(cls, source: object, bank, target) -> None:
-        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
-        bank.head(str(source), target)
-
-    @classmethod
-    def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
-        head, draft_vocab = context.head(str(source))
-        return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name, context.capacity,
-                   cuda_capture if context.graphs else None)
-
-    def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head",
-                 capacity: int | None = None, capture: Capture | None = None):
-        self.name, self.target, self.timer, self.head = name, target, ForwardTimer(name, target.lm.device), head
+    def __init__(self, name: str, target: CachedModel):
+        self.name, self.target, self.timer = name, target, ForwardTimer(name, target.lm.device)
         self.models = [self.timer]
-        if not set(head.taps) <= set(target.taps):
-            raise ValueError(f"the feature drafter reads the target's states: build the target with taps={head.taps}")
-        if target.ids:
-            raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
-        lm = target.lm.model
-        self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
-        ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
-        self.vocab_ids = torch.tensor(ids, device=self.embed.device)
-        int8 = int8_kernels(self.dtype, self.embed.device)
-        self.fc = built_once(head, ("fc", self.dtype, self.embed.device), lambda: int8_linear(head.fc.weight)) if int8 else head.fc
-        self.fuse = head.state if head.fuse is None or not int8 else \
-            built_once(head, ("fuse", self.dtype, self.embed.device), lambda: int8_linear(head.fuse.weight))
-        self.score = vocab_head(lm, ids, self.dtype, int8)
-        self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq,
-                               capacity, capture)
-        self.fed: list[int] = []  # fed[i]: the token x[i+1] read at position i together with the target's state f[i]
+        self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i together with the target's state s[i]
         self.features: torch.Tensor | None = None  # s[i] at row i, for the positions 0..self.known - 1
         self.known = 0
 
+    def _state(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The head's input state s (fed, hidden) from the target's tapped layer outputs."""
+        raise NotImplementedError
+
+    def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
+        """The head's outputs (t, hidden) after each of ``next_ids``, read with ``states`` at slots ``start``.. (in a
+        token tree where ``rows`` says so)."""
+        raise NotImplementedError
+
+    def _logits(self, state: torch.Tensor) -> torch.Tensor:
+        """The draft's logits (rows, target vocab) from the head's outputs, −inf outside its draft vocabulary."""
+        raise NotImplementedError
+
     def observe(self, target: Forward) -> None:
         """Keep the target's states of the positions it fed (it rolled back to ``target.start`` first)."""
-        f = self.fuse(tap_states(target.layers, self.head.taps, self.target.lm.model).to(self.dtype))
+        f = self._state(target.layers)
         end, have = target.start + f.shape[0], 0 if self.features is None else self.features.shape[0]
         if end > have:
             grown = f.new_zeros((max(end, 2 * have, 256), f.shape[1]))
@@ -218,12 +196,8 @@ class FeatureDrafter(Drafter):
         self.known = end
 
     def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
-        """The head's estimates (t, hidden) of the states after each of ``next_ids``, read with ``states`` at slots
-        ``start``.. (in a token tree where ``rows`` says so)."""
         t0 = self.timer.times.start()
-        embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
-        x = self.fc(torch.cat([embeds.to(self.dtype), states], -1))
-        out = self.stack.run(x[None], start, rows=rows)[0][0]
+        out = self._forward(states, next_ids, start, rows)
         self.timer.times.stop(t0)  # timed like every other model's forward
         return out
 
@@ -232,16 +206,11 @@ class FeatureDrafter(Drafter):
         if upto <= 0:
             return None
         if self.known < upto:
-            raise RuntimeError("the feature head drafts after the target has run on the committed tokens")
+            raise RuntimeError(f"the {self.name} head drafts after the target has run on the committed tokens")
         valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
         valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
         self.fed = tokens[1:upto + 1]
         return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
-
-    def _logits(self, state: torch.Tensor) -> torch.Tensor:
-        """The head's logits (rows, vocab) from its states: the target's LM head over the draft vocabulary, −inf elsewhere."""
-        scores = self.score(state).float()
-        return scores.new_full((state.shape[0], self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
@@ -272,3 +241,62 @@ class FeatureDrafter(Drafter):
 
     def can_draft(self, tokens: list[int]) -> bool:
         return len(tokens) >= 2
+
+
+@DRAFTERS.register("An EAGLE-style head drafting from the target's own hidden states.", ("full_draft_vocab",), name=HEAD_KIND)
+class FeatureDrafter(StateDrafter):
+    """Drafts with a :class:`FeatureHead` over the target's states: the target is built with the head's ``taps``,
+    and :meth:`observe` keeps the state of every position each target forward returns."""
+
+    @classmethod
+    def claims(cls, source: object) -> bool:
+        return isinstance(source, str | Path) and is_feature_head(Path(source))
+
+    @classmethod
+    def reads_layers(cls, source: object, n_layers: int) -> tuple[int, ...]:
+        return head_taps(Path(source), n_layers)
+
+    @classmethod
+    def preload(cls, source: object, bank, target) -> None:
+        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
+        bank.head(str(source), target)
+
+    @classmethod
+    def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
+        head, draft_vocab = context.head(str(source))
+        return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name, context.capacity,
+                   cuda_capture if context.graphs else None)
+
+    def __init__(self, head: FeatureHead, target: CachedModel, draft_vocab: list[int] | None, name: str = "head",
+                 capacity: int | None = None, capture: Capture | None = None):
+        super().__init__(name, target)
+        self.head = head
+        if not set(head.taps) <= set(target.taps):
+            raise ValueError(f"the feature drafter reads the target's states: build the target with taps={head.taps}")
+        if target.ids:
+            raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
+        lm = target.lm.model
+        self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
+        ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})
+        self.vocab_ids = torch.tensor(ids, device=self.embed.device)
+        int8 = int8_kernels(self.dtype, self.embed.device)
+        self.fc = built_once(head, ("fc", self.dtype, self.embed.device), lambda: int8_linear(head.fc.weight)) if int8 else head.fc
+        self.fuse = head.state if head.fuse is None or not int8 else \
+            built_once(head, ("fuse", self.dtype, self.embed.device), lambda: int8_linear(head.fuse.weight))
+        self.score = vocab_head(lm, ids, self.dtype, int8)
+        self.stack = LeanStack(lean_layers(head, [head.layer], int8), head.config, self.dtype, self.embed.device, head.rotary.inv_freq,
+                               capacity, capture)
+
+    def _state(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
+        return self.fuse(tap_states(layers, self.head.taps, self.target.lm.model).to(self.dtype))
+
+    def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
+        embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
+        x = self.fc(torch.cat([embeds.to(self.dtype), states], -1))
+        return self.stack.run(x[None], start, rows=rows)[0][0]
+
+    def _logits(self, state: torch.Tensor) -> torch.Tensor:
+        """The head's logits (rows, vocab) from its states: the target's LM head over the draft vocabulary, −inf elsewhere."""
+        scores = self.score(state).float()
+        return scores.new_full((state.shape[0], self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)
+
