@@ -52,6 +52,10 @@ class HeadSpec:
         reference and vLLM collect them, in layer order)."""
         return tuple(sorted(self.aux_ids or (2, n_layers // 2, n_layers - 3)))
 
+    def taps(self, n_layers: int) -> tuple[int, ...]:
+        """The target's decoder layers whose outputs the head reads (the output of layer j − 1 is hidden_states[j])."""
+        return tuple(sorted({j - 1 for j in self.hidden_ids(n_layers)}))
+
 
 def is_head_config(config: dict) -> bool:
     """Whether a ``config.json`` describes an EAGLE-3 head in either published layout."""
@@ -167,7 +171,7 @@ class Eagle3Head:
             raise ModelLoadError(f"EAGLE-3 head '{name}' scores {draft_vocab} of the target's {tc.vocab_size} tokens but has no d2t "
                                  "to map them to target ids")
         n_layers = tc.num_hidden_layers
-        self.hidden_ids = spec.hidden_ids(n_layers)
+        self.hidden_ids, self.taps = spec.hidden_ids(n_layers), spec.taps(n_layers)
         if not all(1 <= j <= n_layers for j in self.hidden_ids):
             raise ModelLoadError(f"EAGLE-3 head '{name}' reads hidden_states {list(self.hidden_ids)}; this target has "
                                  f"hidden_states 1..{n_layers} (0, the embeddings, is not read)")
@@ -181,11 +185,6 @@ class Eagle3Head:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.eps, self.norm_before_residual = config.rms_norm_eps, spec.norm_before_residual
         self.rotary = LlamaRotaryEmbedding(config).to(device)
-
-    @property
-    def taps(self) -> tuple[int, ...]:
-        """The target's decoder layers whose outputs the head reads (output of layer j − 1 = hidden_states[j])."""
-        return tuple(sorted({j - 1 for j in self.hidden_ids}))
 
     def fuse(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
         """g: ``fc`` over the tapped states (fed, 3·H_target), concatenated low to high."""
@@ -247,8 +246,7 @@ class Eagle3Drafter(StateDrafter):
 
     @classmethod
     def reads_layers(cls, source: object, n_layers: int) -> tuple[int, ...]:
-        spec = read_spec(head_dir(source))
-        return tuple(sorted({j - 1 for j in spec.hidden_ids(n_layers)}))
+        return read_spec(head_dir(source)).taps(n_layers)
 
     @classmethod
     def preload(cls, source: object, bank, target) -> None:
