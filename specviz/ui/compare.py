@@ -58,7 +58,7 @@ def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: di
         comp.lives[label] = live
         view = comp.views[label] = {**live.view, "selector": f"#compare-columns .sv-col:nth-child({comp.labels.index(label) + 1})"}
         session["views"][view_key(label)] = view
-    redraw, redraw_chart = Every(REDRAW_EVERY_S), Every(CHARTS_EVERY_S)
+    redraw, redraw_chart = Every(REDRAW_EVERY_S), Every(CHARTS_EVERY_S, at_once=False)
     for _ in live.stream(comp.prompt):
         if redraw.due():  # later rounds only report progress; the columns show round 1
             race = columns = None

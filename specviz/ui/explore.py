@@ -55,6 +55,9 @@ PRIMARY = ("preset", "method", "draft", "gamma_policy", "gamma", "accept", "max_
 BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP = "after the run", "before the run", "skip"
 NO_CHART = gr.update(value=None)
 """A chart cleared for a new run (no figure to draw while the run starts)."""
+PAGE_SETTLE_S = 0.2
+"""How long a run waits after clearing the page before a timed decode starts, so the browser's redraw of the cleared
+views does not share the cores with the decode's first steps."""
 PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one marked span per token: hover a token for its step, '
                'p (target), q (draft) and judge score.</span>')
 
@@ -75,7 +78,7 @@ def _measure_ar(models: Models, config: DecodeConfig, prompt: str, session: dict
     """Stream the AR baseline (chart and status only); stores it in the session cache and returns it."""
     cfg = baseline_config(config)
     ar_plan = plan(cfg, prompt, models.bank)
-    live, redraw = Live(ar_plan, AR_LABEL), Every(CHARTS_EVERY_S)
+    live, redraw = Live(ar_plan, AR_LABEL), Every(CHARTS_EVERY_S, at_once=False)
     for _ in live.stream(prompt):
         if redraw.due():
             race = charts.race_figure(shown + [live.series(baseline=True, note=f"measuring {when}…")])
@@ -111,13 +114,13 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     ar = {**cached, "reused": True} if cached else None
     cleared = dict(tokens="", table=step_table(), race=NO_CHART, dynamics=NO_CHART, headline="", session=session)
     if ar is None and config.method == "sd" and baseline == BASELINE_BEFORE:
-        yield frame(status=status_html("Measuring the AR baseline first…", "busy"), **cleared)
+        yield from _before_decode(frame(status=status_html("Measuring the AR baseline first…", "busy"), **cleared))
         ar = yield from _measure_ar(models, config, prompt, session, "before the run", [])
         cleared.pop("race")
     live = Live(run)
     session["views"][VIEW] = live.view
-    yield frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
-                panel=view_update(None, None, TOKENS_ID), **cleared)
+    yield from _before_decode(frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
+                                    panel=view_update(None, None, TOKENS_ID), **cleared))
     yield from _stream_main(live, prompt, config, ar, _baseline_note(ar, baseline, config.method), live_info)
     result = result_of(run, live.events)
     record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
@@ -133,11 +136,17 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     yield _final_frame(live, config, ar, baseline, session, result, trace)
 
 
+def _before_decode(cleared: tuple) -> Iterator[tuple]:
+    """Show a frame that clears the page, then give the browser PAGE_SETTLE_S to draw it before a timed decode."""
+    yield cleared
+    time.sleep(PAGE_SETTLE_S)
+
+
 def _stream_main(live: Live, prompt: str, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
-    """The run's frames while it streams: at most one per REDRAW_EVERY_S; the race chart and the step panel at most one
-    per CHARTS_EVERY_S; the per-step charts and the step table, the costliest to draw, wait for the final frame, which
-    shows everything."""
-    redraw, redraw_race = Every(REDRAW_EVERY_S), Every(CHARTS_EVERY_S)
+    """The run's frames while it streams: at most one per REDRAW_EVERY_S; the race chart and the step panel once every
+    CHARTS_EVERY_S (none in a run shorter than that); the per-step charts and the step table, the costliest to draw,
+    wait for the final frame, which shows everything."""
+    redraw, redraw_race = Every(REDRAW_EVERY_S), Every(CHARTS_EVERY_S, at_once=False)
     for _ in live.stream(prompt):
         live_info["tokens"] = live.new_tokens
         if not redraw.due():

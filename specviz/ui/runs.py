@@ -32,10 +32,11 @@ CHARTS_EVERY_S = 5.0
 
 
 class Every:
-    """Whether ``seconds`` have passed since it last said so (it says so the first time): a redraw's pace."""
+    """Whether ``seconds`` have passed since it last said so (or since it was made, when not ``at_once``; else it
+    says so the first time): a redraw's pace."""
 
-    def __init__(self, seconds: float):
-        self.seconds, self.last = seconds, -math.inf
+    def __init__(self, seconds: float, at_once: bool = True):
+        self.seconds, self.last = seconds, -math.inf if at_once else time.perf_counter()
 
     def due(self) -> bool:
         now = time.perf_counter()

@@ -263,14 +263,30 @@ def test_a_streaming_run_redraws_a_few_times_a_second_and_its_charts_less_or_at_
             yield [event(k, [1], 1, [1, 2], ["exact"], elapsed=10.0 * k)]
 
     monkeypatch.setattr(runs, "decode_steps", steps)
+    monkeypatch.setattr(explore, "CHARTS_EVERY_S", 0.3)  # the real pace draws no live chart in a run this short
     live = runs.Live(RunPlan(DecodeConfig(max_new_tokens=200), tokenizer, [0], "target"))
     start = time.perf_counter()
     frames = list(explore._stream_main(live, "p", live.plan.config, None, "", {}))
     seconds = time.perf_counter() - start
     assert len(live.events) == 100 and live.new_tokens == 200  # every step is recorded, drawn or not
     assert 1 <= len(frames) <= seconds / runs.REDRAW_EVERY_S + 1
-    assert 1 <= sum(isinstance(f[3], go.Figure) for f in frames) <= seconds / runs.CHARTS_EVERY_S + 1  # the race chart
+    races = [isinstance(f[3], go.Figure) for f in frames]
+    assert not races[0]  # not while the decode starts
+    assert 1 <= sum(races) <= seconds / 0.3
     assert not any(isinstance(f[4], go.Figure) for f in frames)  # the per-step charts wait for the final frame
+
+
+def test_the_app_queue_polls_at_a_pace_the_decode_can_share():
+    import gradio as gr
+
+    from specviz.ui.app import QUEUE_POLL_S, build_app
+
+    names = ("sleep_when_free", "progress_update_sleep_when_free")
+    with gr.Blocks() as plain:
+        gr.Markdown("")
+    assert set(names) <= set(vars(plain.queue()._queue))  # gradio's own intervals, so setting them takes effect
+    queue = build_app()._queue
+    assert tuple(getattr(queue, name) for name in names) == QUEUE_POLL_S
 
 
 def test_the_headline_says_what_the_ratio_says():
