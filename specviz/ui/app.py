@@ -31,10 +31,9 @@ THEME = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
 DEFAULT_CONCURRENCY = 4
 """Light handlers (settings checks, replay, theory plot) run concurrently."""
 QUEUE_POLL_S = (0.05, 0.1)
-"""How often gradio's queue looks for new events and for progress to send while it waits (gradio's values on Windows;
-elsewhere it polls every 1 and 10 ms, and each poll takes the GIL from the model thread between two tensor operations,
-which made every decode step of a run in the app about 11 % slower than the same step with the queue polling at these
-values)."""
+"""How often gradio's queue looks for new events and for progress to send while it waits: gradio's values on Windows.
+Elsewhere it polls every 1 and 10 ms, and each poll takes the GIL from the model thread between two tensor operations,
+which slows every step of a decode the app serves (scripts/measure_queue_poll.py measures by how much)."""
 
 
 def model_status(models: Models | None = None) -> tuple:
