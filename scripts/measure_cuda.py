@@ -32,9 +32,10 @@ import transformers
 from specviz.bench.harness import hf_assisted_generate, markdown, rotations
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
-from specviz.core.engine import StepEvent, decode
+from specviz.core.engine import decode
 from specviz.core.metrics import summarize
 from specviz.core.policy import LengthPolicy
+from specviz.core.record import StepEvent
 from specviz.core.timing import Stopwatch
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head
 from specviz.models.backends import cached_model

@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 sys.path.insert(0, str(ROOT))
 
-from specviz.core.engine import StepEvent  # noqa: E402
+from specviz.core.record import StepEvent  # noqa: E402
 from specviz.models.loading import describe_hardware  # noqa: E402
 from specviz.runtime.config import DecodeConfig  # noqa: E402
 from specviz.ui.app import QUEUE_POLL_S, build_app, launch  # noqa: E402
@@ -29,7 +29,7 @@ GRADIO_POLL_S = (0.001, 0.01)
 
 
 def median_step_ms(settings: dict, prompt: str) -> float:
-    events = [StepEvent(**step) for batch in decode_steps(settings, prompt) for step in batch]
+    events = [StepEvent.from_dict(step) for batch in decode_steps(settings, prompt) for step in batch]
     times = [e.elapsed_ms for e in events]
     return statistics.median(b - a for a, b in zip(times, times[1:]))
 

@@ -8,8 +8,8 @@
 """
 
 from specviz.api import Trace, load_trace, speculate, stream
-from specviz.core.engine import StepEvent
 from specviz.core.errors import ConfigError, ModelLoadError
+from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 
 __all__ = ["ConfigError", "DecodeConfig", "ModelLoadError", "StepEvent", "Trace", "load_trace", "speculate", "stream"]

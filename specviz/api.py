@@ -16,8 +16,8 @@ from typing import Any
 
 from specviz.analysis.result import result_of
 from specviz.core.cache import LoadedModel
-from specviz.core.engine import StepEvent
 from specviz.core.errors import ConfigError
+from specviz.core.record import StepEvent
 from specviz.models.loading import describe_hardware
 from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
 from specviz.runtime.bank import ModelBank, target_dtype
@@ -116,7 +116,7 @@ class Trace:
         """A trace from a file's content; a malformed, foreign or too new one raises a one-line ConfigError."""
         data = check_trace(data)
         return cls(data["prompt"], DecodeConfig.from_values(data["config"]), data["text"], data["token_ids"],
-                   [StepEvent(**step) for step in data["steps"]], data["metrics"], data["theory"],
+                   [StepEvent.from_dict(step) for step in data["steps"]], data["metrics"], data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
                    data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None)
 
@@ -277,6 +277,6 @@ def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:
     for e in events:
         ids.update(e.draft_ids, e.emitted_ids)
         for v in e.verify:
-            ids.update(t for t, _ in v["p_top"] + v["q_top"] + v.get("residual_top", {}).get("top", []))
+            ids.update(t for t, _ in v.p_top + v.q_top + (v.residual_top or {}).get("top", []))
     ids = sorted(ids)
     return dict(zip(ids, tokenizer.batch_decode([[i] for i in ids])))

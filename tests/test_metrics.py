@@ -2,8 +2,8 @@
 
 import pytest
 
-from specviz.core.engine import StepEvent
 from specviz.core.metrics import per_position_acceptance, summarize
+from specviz.core.record import StepEvent
 
 
 def event(draft_ids, accepted, emitted, elapsed_ms, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0, forward_ms=0.0):

@@ -39,8 +39,8 @@ def emitted(events):
 def check_tree(event, nodes):
     """A well-formed tree: parents before children, the accepted path a root-down branch whose tokens come first."""
     tree, ids = event.tree, event.draft_ids
-    parents, path = tree["parents"], tree["accepted_path"]
-    assert len(parents) == len(ids) == len(tree["nodes"]) <= event.gamma <= nodes
+    parents, path = tree.parents, tree.accepted_path
+    assert len(parents) == len(ids) == len(tree.nodes) <= event.gamma <= nodes
     assert all(-1 <= parent < i for i, parent in enumerate(parents))
     assert [parents[i] for i in path] == ([-1] + path[:-1])[: len(path)]
     assert event.emitted_ids[: len(path)] == [ids[i] for i in path] and len(event.emitted_ids) <= len(path) + 1
@@ -49,11 +49,11 @@ def check_tree(event, nodes):
     for i, parent in enumerate(parents):
         siblings.setdefault(parent, []).append(ids[i])
     assert all(len(set(kids)) == len(kids) for kids in siblings.values())  # children are drawn without replacement
-    for i, node in enumerate(tree["nodes"]):
-        assert (node["token"], node["parent"]) == (ids[i], parents[i])
-        assert node["accepted"] == (True if i in path else node["accepted"])
-        if node["u"] is not None:  # sampled: the decision recomputes from the record
-            assert node["accepted"] == (node["u"] * node["q"] < node["p"])
+    for i, node in enumerate(tree.nodes):
+        assert (node.token, node.parent) == (ids[i], parents[i])
+        assert node.accepted == (True if i in path else node.accepted)
+        if node.u is not None:  # sampled: the decision recomputes from the record
+            assert node.accepted == (node.u * node.q < node.p)
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
@@ -75,7 +75,7 @@ def test_greedy_trees_match_generate(tiny_target, tiny_draft, which, nodes, kind
 def test_ngram_offers_every_continuation_the_text_has(tiny_target):
     events = run_tree(cached_model(tiny_target), NGramDrafter(), 6, branch=3, prompt=REPEATS, n=2)
     first = events[0]
-    roots = [t for t, parent in zip(first.draft_ids, first.tree["parents"]) if parent == -1]
+    roots = [t for t, parent in zip(first.draft_ids, first.tree.parents) if parent == -1]
     assert sorted(roots) == [3, 4, 5]
 
 
@@ -206,10 +206,10 @@ def test_sampled_tree_decoding_matches_the_target_on_a_model(small_vocab_pair, k
 
 
 def test_tree_steps_round_trip_as_trace_steps(tiny_target, tiny_draft):
-    from specviz.core.engine import StepEvent
+    from specviz.core.record import StepEvent
 
     events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 4, n=6)
-    assert all(StepEvent(**e.to_dict()) == e for e in events)
+    assert all(StepEvent.from_dict(e.to_dict()) == e for e in events)
     chain = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[NGramDrafter()], policy=LengthPolicy(2), max_new_tokens=4))
     assert all("tree" not in e.to_dict() for e in chain)  # a chain's steps are written as before
 

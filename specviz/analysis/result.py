@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from specviz.analysis.theory import run_theory
-from specviz.core.engine import StepEvent
 from specviz.core.metrics import summarize
+from specviz.core.record import StepEvent
 from specviz.runtime.prepare import PreparedRun, RunPlan
 
 

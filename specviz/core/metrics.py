@@ -36,7 +36,7 @@ def summarize(events: Sequence) -> dict:
 
 def per_position_acceptance(events: Sequence) -> list[float]:
     """P(draft position i accepted | position i was drafted), i = 1..max γ; for a token tree, position = depth."""
-    reach = [max(depths(e.tree["parents"]), default=0) if e.tree else len(e.draft_ids) for e in events]
+    reach = [max(depths(e.tree.parents), default=0) if e.tree else len(e.draft_ids) for e in events]
     width = max(reach, default=0)
     hits, tries = [0] * width, [0] * width
     for e, deep in zip(events, reach):

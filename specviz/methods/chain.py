@@ -79,7 +79,7 @@ class StagedDrafter(Drafter):
         before = self.verifier.forward_s
         logits = self.verifier.forward(seq + draft.ids, keep=len(draft.ids) + 1).logits
         p = sampler.probs(logits)
-        verdict = self.rule.verify(draft, logits, p, sampler, record=False)  # a level's verdict is not shown per position
+        verdict = self.rule.verify(draft, logits, p, sampler)
         return verdict, p, self.verifier.forward_s - before
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.core.acceptance import Checked, ExactRule
+from specviz.core.acceptance import Checked, ExactRule, Relaxed
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import ACCEPT_RULES
 from specviz.models.paths import ASSETS
@@ -160,11 +160,11 @@ class JudgeRule(ExactRule):
         head = JudgeHead.load(default_head_path(target.name), target.name, target.model.config.hidden_size)
         return cls(head, settings.judge_threshold)
 
-    def relaxed(self, c: Checked) -> tuple[torch.Tensor, list[float]]:
+    def relaxed(self, c: Checked) -> Relaxed:
         # states[0] is the last committed token's; states[i + 1] has draft token i as its input
         states = c.states[1: len(c.ids) + 1]
         scores = self.head.score(self.head.inputs(states, c.logits.to(states.device), c.ids)).to(c.ids.device)
-        return scores > self.threshold, scores.tolist()
+        return Relaxed(scores > self.threshold, scores.tolist(), self.threshold)
 
 
 def confidence_features(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ class StepRecord:
 
 
 def record_of(event) -> StepRecord:
-    depth = max(depths(event.tree["parents"]), default=0) if event.tree else None
+    depth = max(depths(event.tree.parents), default=0) if event.tree else None
     return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms, depth)
 
 

@@ -13,9 +13,10 @@ import torch
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import Drafter
-from specviz.core.engine import StepEvent, decode
+from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
 from specviz.core.policy import FirstDraft, LengthPolicy
+from specviz.core.record import StepEvent
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TreeShape

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from specviz.api import Trace, token_pieces
-from specviz.core.engine import StepEvent
 from specviz.core.metrics import summarize
+from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import RunPlan, baseline_config
 from specviz.ui.decode import decode_steps
@@ -60,7 +60,7 @@ class Live:
         self.view = {"steps": self.builder.events, "pieces": {}, "config": plan.config.to_dict(), "baseline": None, "follow": True}
 
     def add(self, batch: list[dict]) -> None:
-        events = [StepEvent(**step) for step in batch]
+        events = [StepEvent.from_dict(step) for step in batch]
         self.events += events
         for event in events:
             spans = self.builder.add(event)

@@ -1,0 +1,179 @@
+"""What a step records, apart from what it computes: the recorder turns a step's typed results (the draft, the
+target's p, what verification kept, the stopwatch marks) into a :class:`StepEvent` of typed records. Dicts appear
+only at the trace boundary (:meth:`StepEvent.to_dict` / :meth:`StepEvent.from_dict`).
+
+Without ``full`` recording (benchmarks) a step leaves out what only the views read (p and q of each token, the
+verify records), and the recorder reads nothing from the device. With it, those reads come
+after the step's last timing mark, so they never count as the step's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+
+from specviz.core.acceptance import REJECTED, Kept, Verdict, one_hot_rows
+from specviz.core.drafters import Draft
+from specviz.core.timing import Mark, Stopwatch
+from specviz.core.tree import NodeRecord, TreeShape
+
+TOP_K = 10
+"""Alternatives recorded per verified position: the k most likely tokens of p, of q and of the residual."""
+
+
+@dataclass
+class VerifyRecord:
+    """One verified position of a chain (the accepted ones and the first rejection; later drafts are never checked):
+    the token, p and q of it, the exact test's acceptance probability and the uniform draw u that decided it (None
+    when greedy), the verdict and its reason, the top tokens of p and q; a judge run adds the score and δ; at a
+    rejection, the target's argmax (greedy) or the residual the correction was drawn from (sampling)."""
+
+    token: int
+    p: float
+    q: float
+    accept_prob: float
+    u: float | None
+    accepted: bool
+    reason: str
+    p_top: list[list]
+    q_top: list[list]
+    score: float | None = None
+    threshold: float | None = None
+    argmax: int | None = None
+    residual_top: dict | None = None
+
+    def to_dict(self) -> dict:
+        """As JSON; the judge's and the rejection's fields only where they apply."""
+        optional = ("score", "threshold", "argmax", "residual_top")
+        return {k: v for k, v in asdict(self).items() if k not in optional or v is not None}
+
+
+@dataclass
+class TreeRecord:
+    """A step's token tree: kind and branching, each node's parent (−1: the root's child), the accepted path (node
+    indices, root down) and every node's verification."""
+
+    kind: str
+    branch: int
+    parents: list[int]
+    accepted_path: list[int]
+    nodes: list[NodeRecord]
+
+
+@dataclass
+class StepEvent:
+    """Everything one step did, as the CLI, benchmark and UI see it."""
+
+    step: int
+    drafter: str
+    gamma: int
+    draft_ids: list[int]
+    draft_q: list[float]
+    draft_p: list[float]
+    accepted: int
+    emitted_ids: list[int]
+    emitted_p: list[float]
+    accept_reasons: list[str]
+    judge_scores: list[float] | None
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+    total_ms: float
+    forward_ms: float
+    elapsed_ms: float
+    policy: dict | None = None
+    extra: dict = field(default_factory=dict)
+    verify: list[VerifyRecord] = field(default_factory=list)
+    tree: TreeRecord | None = None
+
+    def to_dict(self) -> dict:
+        """The step as JSON; a chain's step has no ``tree`` key."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["verify"] = [v.to_dict() for v in self.verify]
+        if self.tree is None:
+            del out["tree"]
+        else:
+            out["tree"] = asdict(self.tree)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StepEvent:
+        """A step from its JSON (:meth:`to_dict`; a version-1 trace's steps too)."""
+        tree = data.get("tree")
+        return cls(**{**data, "verify": [VerifyRecord(**v) for v in data.get("verify") or []],
+                      "tree": TreeRecord(**{**tree, "nodes": [NodeRecord(**n) for n in tree["nodes"]]}) if tree else None})
+
+
+class Recorder:
+    """Builds a decode's StepEvents: the time split from the stopwatch marks, and (``full``) what the views read."""
+
+    def __init__(self, watch: Stopwatch, start: Mark, full: bool = True):
+        self.watch, self.start, self.full = watch, start, full
+
+    def step(self, step: int, draft: Draft, gamma: int, p: torch.Tensor, kept: Kept, emitted: list[int],
+             marks: tuple[Mark, Mark, Mark, Mark], forward_s: float, policy: dict | None, shape: TreeShape | None) -> StepEvent:
+        """The StepEvent of a step that drafted ``draft`` (γ or node budget ``gamma``), scored it to ``p``, kept
+        ``kept`` and emitted ``emitted``; ``marks``: its start, drafted, verified and done."""
+        t0, t1, t2, t3 = marks
+        seconds = [self.watch.seconds(a, b) for a, b in ((t0, t1), (t1, t2), (t2, t3), (t0, t3))]
+        verdict, full = kept.verdict, self.full
+        rows = [kept.rows[i] for i in kept.path] + [kept.next_row]
+        tree = None
+        if kept.tree is not None:
+            tree = TreeRecord(shape.kind, shape.branch, draft.parents, kept.tree.path, kept.tree.nodes)
+        draft_ms, verify_ms, overhead_ms, total_ms = (1e3 * s for s in seconds)
+        return StepEvent(
+            step=step, drafter=draft.drafter, gamma=gamma, draft_ids=draft.ids, draft_q=draft.q_of_ids() if full else [],
+            draft_p=probs_at(p, draft.ids, kept.rows) if full else [], accepted=verdict.accepted, emitted_ids=emitted,
+            emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=verdict.reasons,
+            judge_scores=verdict.judge_scores, draft_ms=draft_ms, verify_ms=verify_ms, overhead_ms=overhead_ms,
+            total_ms=total_ms, forward_ms=1e3 * forward_s, elapsed_ms=1e3 * self.watch.seconds(self.start, t3), policy=policy,
+            extra=draft.extra, verify=verify_records(draft, verdict) if full and kept.tree is None else [], tree=tree)
+
+
+def verify_records(draft: Draft, verdict: Verdict) -> list[VerifyRecord]:
+    """One :class:`VerifyRecord` per verified position of a chain, from what its decision read. Reading these changes
+    nothing the rule decided."""
+    ev = verdict.evidence
+    if ev is None:
+        return []
+    c, n = ev.checked, verdict.accepted
+    m = min(n + 1, len(draft.ids))
+    rows = torch.arange(m, device=c.ids.device)
+    q = c.q if c.q is not None else (draft.q.to(c.p.device) if draft.q is not None
+                                      else one_hot_rows(draft.ids, c.p.shape[-1], c.p.device))
+    px, qx = c.p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
+    k = min(TOP_K, c.p.shape[-1])
+    p_top, q_top = _pairs(c.p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row
+    u = [None] * m if c.u is None else c.u[:m].tolist()
+    hits, ids = ev.exact[:m].tolist(), c.ids[:m].tolist()
+    scores = verdict.judge_scores
+    out = []
+    for i in range(m):
+        out.append(VerifyRecord(
+            token=ids[i], p=px[i], q=qx[i],
+            accept_prob=float(hits[i]) if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
+            u=u[i], accepted=i < n, reason=verdict.reasons[i] if i < n else REJECTED, p_top=p_top[i],
+            q_top=[pair for pair in q_top[i] if pair[1] > 0], score=None if scores is None else scores[i],
+            threshold=None if scores is None else ev.threshold))
+    if n < len(draft.ids):
+        if ev.corrected is None:
+            out[n].argmax = verdict.next_token
+        else:
+            top = _pairs(ev.corrected[None].topk(k))[0]
+            out[n].residual_top = {"top": [pair for pair in top if pair[1] > 0], "emitted": verdict.next_token}
+    return out
+
+
+def probs_at(p: torch.Tensor, ids: list[int], rows: list[int] | None = None) -> list[float]:
+    """p[rows[i], ids[i]] for each i (rows 0, 1, … unless given)."""
+    index = torch.arange(len(ids), device=p.device) if rows is None else torch.tensor(rows, dtype=torch.long, device=p.device)
+    return p[index, torch.tensor(ids, dtype=torch.long, device=p.device)].tolist()
+
+
+def _pairs(top) -> list[list[list]]:
+    """[token, value] pairs per row of a batched ``topk``, read from the device in one transfer."""
+    both = torch.stack([top.indices.double(), top.values.double()]).tolist()  # float64 holds every token id exactly
+    return [[[int(t), x] for t, x in zip(ids, values)] for ids, values in zip(*both)]
+
