@@ -3,8 +3,9 @@
 # the committed file was made with (its header states them). The standard, all-prompts, policies, selection and
 # judge-head-draft files were made before the EAGLE-3-style head was bundled and measured head-v1 under the name "head":
 # those steps write _eagle3-suffixed files beside them (policies_eagle3 and selection_eagle3 are committed). The other
-# steps use no head, or (heads) name both heads, and rewrite their committed files. record-overhead and ui, which
-# measure the draft "head" and overwrite their files, and advisor run only when asked (STEPS=...).
+# steps use no head, or (heads) name both heads, and rewrite their committed files. record-overhead (which writes
+# results/record_overhead_wall.md), ui (which measures the draft "head" and overwrites its file) and advisor run only
+# when asked (STEPS=...).
 # Run on a quiet machine: other CPU load distorts every timing. STEPS selects parts, e.g. STEPS="chains judge".
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from specviz.bench.harness import CONFIG_SETS
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.core.policy import MAX_GAMMA
 from specviz.models.presets import OFFLINE_PRESET
@@ -62,7 +63,7 @@ def build_parser() -> Parser:
     g.add_argument("--html", type=Path, help="save the run (with its AR baseline) as one self-contained HTML page")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
     b.add_argument("--suite", default="all", help="'all' or comma-separated categories")
-    b.add_argument("--configs", default="standard", help="benchmark set: standard | policies | selection | chains | judge | judge-head")
+    b.add_argument("--configs", default="standard", help=f"benchmark set: {' | '.join(CONFIG_SETS)}")
     b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
     b.add_argument("--max-new-tokens", type=int, default=96)
     b.add_argument("--out", type=Path, default=Path("results/bench"))
@@ -117,7 +118,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from specviz.bench.harness import CONFIG_SETS, run_benchmark
+    from specviz.bench.harness import run_benchmark
 
     if a.configs not in CONFIG_SETS:
         raise ConfigError(f"--configs must be one of {', '.join(CONFIG_SETS)}, got '{a.configs}'")

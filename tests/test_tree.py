@@ -3,6 +3,8 @@ path (growing and fixed-capacity caches) and on transformers' own forward; sampl
 distribution (and a deterministic top-k tree, verified the same way, does not); every step records a well-formed tree
 whose decisions recompute from its records."""
 
+import re
+
 import pytest
 import torch
 
@@ -286,17 +288,28 @@ def test_tree_settings_refuse_what_trees_do_not_support(settings, message):
         DecodeConfig(tree_nodes=4, **settings).validate()
 
 
-def test_views_draw_each_steps_tree(tiny_target, tiny_draft):
+@pytest.mark.parametrize("sampler", [None, Sampler(0.9, seed=4)], ids=["greedy", "sampled"])
+def test_views_draw_each_steps_tree_and_open_the_microscope_on_any_node(tiny_target, tiny_draft, sampler):
     from specviz.viz.teach import microscope_html, narrate
 
-    events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12)
+    events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12, sampler=sampler)
     for e in (x.to_dict() for x in events if x.draft_ids):
         page, words = microscope_html(e, {}), narrate(e, {})
         path, nodes = e["tree"]["accepted_path"], e["tree"]["nodes"]
         assert page.count('class="sv-node sv-path"') == len(path)
         assert page.count('class="sv-node sv-rejected"') == sum(n["accepted"] is False for n in nodes)
         assert page.count('class="sv-node sv-unchecked"') == sum(n["accepted"] is None for n in nodes)
-        assert all(f'id="sv-node-{e["step"]}-{i}"' in page for i in range(len(nodes)))  # each node opens its record
+        cards = re.findall(r'<div class="sv-node-card sv-row-(\w+)" id="sv-node-(\d+)-(\d+)">(.*?)</div></div>', page)
+        assert [(int(step), int(i)) for _, step, i, _ in cards] == [(e["step"], i) for i in range(len(nodes))]
+        for (state, _, i, text), node in zip(cards, nodes):  # each node's card: its verdict and the test that gave it
+            assert page.count(f'href="#sv-node-{e["step"]}-{i}"') == 2  # from the drawing and from the table
+            assert state == ("path" if int(i) in path else "rejected" if node["accepted"] is False else "unchecked")
+            if node["accepted"] is None:
+                assert "Never checked" in text
+            elif sampler is None:
+                assert "Greedy" in text and ("it is, so" in text) == node["accepted"]
+            else:
+                assert f"u = {node['u']:.3f}" in text and ("u &lt; p/q" in text) == node["accepted"]
         assert "tree of" in words and ("won" in words or "No root child passed" in words)
 
 

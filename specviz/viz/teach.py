@@ -5,7 +5,9 @@ so they work the same for a live run, a finished run and a loaded trace with no 
 verified position, p and q over their top tokens, min(1, p/q) with the uniform draw u that decided it, the residual
 distribution at a rejection, the judge score against δ, and a chain's per-level blocks. A step that drafted a token
 tree is drawn as that tree (nodes are tokens; the accepted path highlighted, rejected siblings marked, nodes never
-checked dimmed; each node links to its row of p, q and u), and its narration says which branch won and why.
+checked dimmed; each node opens its own microscope card: the context it was drafted after, q at its stage, p after
+the siblings rejected before it, u and the test that decided it, or why it was never checked), and its narration
+says which branch won and why.
 """
 
 from __future__ import annotations
@@ -183,7 +185,9 @@ def microscope_css() -> str:
 .sv-edge { fill: none; stroke: #8c959f; } .sv-edge.sv-path { stroke: #2da44e; stroke-width: 2; }
 .sv-edge.sv-unchecked { opacity: .38; } .sv-edge.sv-added { stroke: #0969da; stroke-dasharray: 4 2; }
 .sv-tree-table .sv-row-path { background: #dafbe1; } .sv-tree-table .sv-row-rejected { background: #ffebe9; }
-.sv-tree-table .sv-row-unchecked { color: #8c959f; } .sv-tree-table tr:target { outline: 2px solid #0969da; }
+.sv-tree-table .sv-row-unchecked { color: #8c959f; }
+.sv-node-card { display: none; margin: 6px 0; padding: 6px 10px; border: 2px solid #0969da; border-radius: 6px; }
+.sv-node-card:target { display: block; }
 """
 
 
@@ -264,20 +268,66 @@ def _box(x: float, y: float, label: str, cls: str, tip: str) -> str:
 
 
 def tree_microscope(event: Mapping, pieces: Mapping[int, str]) -> str:
-    """The tree and one row per node: its parent, depth, p and q at the stage it was checked, u and the verdict."""
+    """The tree, one row per node (parent, depth, p and q at the stage it was checked, u, verdict) and one card per
+    node, shown when its node or row is clicked (:func:`node_card`)."""
     tree, step = event["tree"], event["step"]
     path = tree["accepted_path"]
     rows = []
     for i, node in enumerate(tree["nodes"]):
         state = _state(node, i in path)
-        rows.append(f'<tr id="sv-node-{step}-{i}" class="sv-row-{state}"><td>{i}</td><td><code>{html.escape(piece(pieces, node["token"]))}'
-                    f'</code></td><td>{node["parent"]}</td><td>{node["depth"]}</td><td>{_f(node["p"])}</td><td>{_f(node["q"])}</td>'
-                    f'<td>{_f(node["u"])}</td><td>{VERDICTS[state]}</td></tr>')
+        rows.append(f'<tr class="sv-row-{state}"><td><a href="#sv-node-{step}-{i}">{i}</a></td><td><code>'
+                    f'{html.escape(piece(pieces, node["token"]))}</code></td><td>{node["parent"]}</td><td>{node["depth"]}</td>'
+                    f'<td>{_f(node["p"])}</td><td>{_f(node["q"])}</td><td>{_f(node["u"])}</td><td>{VERDICTS[state]}</td></tr>')
     head = ('<table class="sv-mic-levels sv-tree-table"><tr><th>node</th><th>token</th><th>parent</th><th>depth</th><th>p</th>'
             "<th>q</th><th>u</th><th>verdict</th></tr>")
+    cards = "".join(node_card(event, pieces, i) for i in range(len(tree["nodes"])))
     return (f'<div class="sv-mic"><p class="sv-mic-title">Step {step}: a {tree["kind"]} tree of {len(tree["nodes"])} nodes, '
-            f'verified in one target forward</p><div class="sv-tree-box">{tree_svg(event, pieces)}</div>{head}'
-            + "".join(rows) + "</table></div>")
+            f'verified in one target forward; click a node for its microscope</p><div class="sv-tree-box">'
+            f'{tree_svg(event, pieces)}</div>{cards}{head}' + "".join(rows) + "</table></div>")
+
+
+def node_card(event: Mapping, pieces: Mapping[int, str], i: int) -> str:
+    """Node ``i`` under the microscope: the branch it continues, how it was drawn, and the test that decided it (greedy:
+    is it the target's argmax; sampling: u · q < p, with p corrected for the siblings rejected before it), or why it
+    was never checked; then its children."""
+    tree, step = event["tree"], event["step"]
+    parents, path, nodes = tree["parents"], tree["accepted_path"], tree["nodes"]
+    node, state = nodes[i], _state(nodes[i], i in path)
+    chain, up = [], node["parent"]
+    while up >= 0:
+        chain.append(piece(pieces, nodes[up]["token"]))
+        up = parents[up]
+    token = html.escape(piece(pieces, node["token"]))
+    context = " ".join(["the committed text", *reversed(chain)])
+    before = [j for j in range(i) if parents[j] == node["parent"]]
+    drawn = (f"q = {_f(node['q'])}, drawn without replacement after its sibling{'s' * (len(before) > 1)} "
+             f"{', '.join(piece(pieces, nodes[j]['token']) for j in before)} (q without them, renormalised)"
+             if before else f"q = {_f(node['q'])}, the first child drawn here")
+    lines = [f"Drafted after: {html.escape(context)}.", html.escape(f"Depth {node['depth']}; {drawn}.")]
+    if node["accepted"] is None:
+        passed = next((j for j in before if nodes[j]["accepted"]), None)
+        why = (f"an earlier sibling, {piece(pieces, nodes[passed]['token'])}, passed first" if passed is not None else
+               "its parent was not accepted, so nothing below it is checked")
+        lines.append(html.escape(f"Never checked: {why}."))
+    elif node["u"] is None:
+        won = next((j for j in range(len(nodes)) if parents[j] == node["parent"] and j in path), None)
+        argmax = (piece(pieces, nodes[won]["token"]) if won is not None else
+                  piece(pieces, event["emitted_ids"][len(path)]) if len(event["emitted_ids"]) > len(path) else "?")
+        verdict = "it is, so it is accepted" if node["accepted"] else f"it is not (the argmax is {argmax}): rejected"
+        lines.append(html.escape(f"Greedy: p = {_f(node['p'])}; accepted iff the draft is the target's argmax here: {verdict}."))
+    else:
+        ratio = node["p"] / node["q"] if node["q"] else float("inf")
+        rejected = [piece(pieces, nodes[j]["token"]) for j in before if nodes[j]["accepted"] is False]
+        corrected = f", after the residual updates of {', '.join(rejected)}" if rejected else ""
+        verdict = "accepted" if node["accepted"] else "rejected: p moves to norm(max(p − q, 0)) for the next sibling"
+        lines.append(html.escape(f"Sampling: p = {_f(node['p'])}{corrected}; u = {_f(node['u'])} against p/q = {_f(ratio)}: "
+                                 f"u {'<' if node['accepted'] else '≥'} p/q, {verdict}."))
+    kids = [j for j in range(len(nodes)) if parents[j] == i]
+    if kids:
+        lines.append(html.escape("Its children: " + ", ".join(f"{piece(pieces, nodes[j]['token'])} "
+                                                              f"({VERDICTS[_state(nodes[j], j in path)]})" for j in kids) + "."))
+    return (f'<div class="sv-node-card sv-row-{state}" id="sv-node-{step}-{i}"><p class="sv-mic-title">Node {i}: '
+            f'<code>{token}</code>, {VERDICTS[state]}</p>' + "".join(f"<div>{line}</div>" for line in lines) + "</div>")
 
 
 def tree_narration(event: Mapping, pieces: Mapping[int, str]) -> str:

@@ -235,3 +235,25 @@ def test_teaching_mode_microscope_trace_and_offline_html(page):
     assert offline.inner_text("#step-label") == f"step {k} / {last}"
     assert shows_record(offline.inner_text("#microscope"), v) and requests == []
     offline.close()
+
+
+def test_a_token_trees_microscope_opens_on_any_node(page):
+    """An example trace with token trees (no model needed): clicking a node of a step's tree shows that node's card."""
+    page.get_by_role("tab", name="Explore").click()
+    label = "token tree feature head sampled"
+    data = json.loads((ROOT / "assets" / "traces" / f"{label.replace(' ', '-')}.json").read_text())
+    page.locator("#explore-examples input").fill(label)
+    page.get_by_role("option", name=label).click()
+    page.click("#explore-open-example")
+    page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded')", timeout=60_000)
+    step = next(e for e in data["steps"] if e.get("tree") and any(n["accepted"] is False for n in e["tree"]["nodes"]))
+    go_to_step(page, "explore", step["step"])
+    for i, node in enumerate(step["tree"]["nodes"]):
+        card = page.locator(f"#sv-node-{step['step']}-{i}")
+        assert not card.is_visible()
+        page.locator(f'#explore-microscope svg a[href="#sv-node-{step["step"]}-{i}"]').click()
+        card.wait_for(state="visible", timeout=5_000)
+        text = card.inner_text()
+        assert f"Node {i}:" in text and ("Never checked" in text) == (node["accepted"] is None)
+        if node["u"] is not None:
+            assert f"u = {node['u']:.3f}" in text
