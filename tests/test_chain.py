@@ -63,13 +63,13 @@ def test_levels_report_the_work_of_each_model(tiny_target, tiny_draft, tiny_midd
     drafter = chain_of("ngram→draft→middle", tiny_target, tiny_draft, tiny_middle, 2)
     _, events = run_chain(tiny_target, drafter, PROMPTS[1], 40, LengthPolicy(6))
     events = [e for e in events if e.draft_ids]  # the last step may be too short to draft
-    names = [[rec["name"] for rec in e.extra["levels"]] for e in events]
+    names = [[rec.name for rec in e.levels] for e in events]
     assert all(n == [tiny_middle.name, tiny_draft.name, "ngram"] for n in names)
-    middle = [v for e in events for v in e.extra["levels"][0]["verifications"]]
+    middle = [v for e in events for v in e.levels[0].verifications]
     # what the middle level passed up is exactly what the target was asked to verify
     assert sum(up for _, up in middle) == sum(len(e.draft_ids) for e in events)
     assert all(1 <= up <= k + 1 for k, up in middle)
-    assert sum(e.extra["levels"][0]["passes"] for e in events) == len(middle)
+    assert sum(e.levels[0].passes for e in events) == len(middle)
     theory = run_theory(events)
     assert [lv["name"] for lv in theory["levels"]] == ["target", tiny_middle.name, tiny_draft.name, "ngram"]
     assert len(theory["insertions"]) == 2

@@ -74,8 +74,8 @@ def test_sampled_decisions_recompute_from_p_q_u(tiny_target, tiny_draft, name):
 def test_a_chains_decisions_and_levels_are_recorded(tiny_target, tiny_draft):
     events = run(tiny_target, tiny_draft, ExactRule(), Sampler(0.8, 0.9, 1), chain=tiny_draft)
     assert check_decisions(events, ExactRule()) > 10
-    levels = [lv for e in events for lv in e.extra.get("levels", []) if lv["blocks"]]
-    assert levels and all(b["passed"] and len(b["passed"]) <= len(b["drafted"]) + 1 for lv in levels for b in lv["blocks"])
+    levels = [lv for e in events for lv in e.levels if lv.blocks]
+    assert levels and all(b["passed"] and len(b["passed"]) <= len(b["drafted"]) + 1 for lv in levels for b in lv.blocks)
 
 
 def test_greedy_records_the_argmax_comparison(tiny_target, tiny_draft):

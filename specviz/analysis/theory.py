@@ -92,12 +92,12 @@ def levels_of(events: Sequence) -> list[Level] | None:
                    [[len(e.draft_ids), e.accepted + 1] for e in events])
     below: list[Level] = []
     for e in events:
-        for i, rec in enumerate(e.extra.get("levels", [])):
+        for i, rec in enumerate(e.levels):
             if i == len(below):
-                below.append(Level(rec["name"], rec["role"]))
-            below[i].passes += rec["passes"]
-            below[i].ms += rec["ms"]
-            below[i].verifications += rec["verifications"]
+                below.append(Level(rec.name, rec.role))
+            below[i].passes += rec.passes
+            below[i].ms += rec.ms
+            below[i].verifications += rec.verifications
     return [target, *below]
 
 

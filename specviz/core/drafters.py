@@ -26,15 +26,28 @@ StopRule = Callable[[torch.Tensor], bool]
 
 
 @dataclass
+class LevelRecord:
+    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a chain,
+    one [drafted, passed up] pair per verification and the token ids of each (``blocks``: drafted, passed)."""
+
+    name: str
+    role: str
+    passes: int = 0
+    ms: float = 0.0
+    verifications: list[list[int]] = field(default_factory=list)
+    blocks: list[dict] = field(default_factory=list)
+
+
+@dataclass
 class Draft:
     """Proposed ids; ``q`` (γ, vocab) holds the distribution each was drawn from, None for a
-    deterministic proposal (q is one-hot at the proposed id). ``extra`` carries drafter-specific
-    details into the StepEvent (a chain's per-level work). A tree's ids are its nodes, with their ``parents``."""
+    deterministic proposal (q is one-hot at the proposed id); ``levels``: each level's work for it, top first (one
+    level for a single drafter, one per level of a chain). A tree's ids are its nodes, with their ``parents``."""
 
     ids: list[int]
     q: torch.Tensor | None
     drafter: str
-    extra: dict = field(default_factory=dict)
+    levels: list[LevelRecord] = field(default_factory=list)
     parents: list[int] | None = None
 
     def q_of_ids(self) -> list[float]:
@@ -42,12 +55,6 @@ class Draft:
             return [1.0] * len(self.ids)
         rows = torch.arange(len(self.ids), device=self.q.device)
         return self.q[rows, torch.tensor(self.ids, dtype=torch.long, device=self.q.device)].tolist()
-
-
-def level_record(name: str, role: str, passes: int = 0, ms: float = 0.0) -> dict:
-    """One level's work in one proposal: forwards (or lookups), milliseconds and, for a verifying
-    level of a chain, one (drafted, passed up) pair per verification and the token ids of each (``blocks``)."""
-    return {"name": name, "role": role, "passes": passes, "ms": ms, "verifications": [], "blocks": []}
 
 
 class Drafter:
@@ -87,8 +94,8 @@ class Drafter:
         forwards, start = sum(m.forwards for m in self.models), watch.mark()
         tree = grow_tree(self.expander(tokens, sampler), shape, sampler)
         passes = sum(m.forwards for m in self.models) - forwards or 1  # a model-free drafter: one lookup pass
-        work = level_record(self.name, "draft", passes, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(tree.ids, tree.q, self.name, {"levels": [work]}, tree.parents)
+        work = LevelRecord(self.name, "draft", passes, 1e3 * watch.seconds(start, watch.mark()))
+        return Draft(tree.ids, tree.q, self.name, [work], tree.parents)
 
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
@@ -102,7 +109,7 @@ class Drafter:
 
     def blank_levels(self) -> list[dict]:
         """Empty per-level work records, top first, in the shape ``propose`` reports them."""
-        return [level_record(self.name, "draft")]
+        return [LevelRecord(self.name, "draft")]
 
 
 @DRAFTERS.register("A small causal LM sharing the target's tokenizer, drafting token by token.", ("full_draft_vocab",), name="model")
@@ -134,8 +141,8 @@ class ModelDrafter(Drafter):
             seq.append(int(sampler.pick(logits, q)))
             qs.append(q)
         ms = 1e3 * self.model.times.watch.seconds(start, self.model.times.watch.mark())
-        work = level_record(self.name, "draft", self.model.forwards - forwards, ms)
-        return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, {"levels": [work]})
+        work = LevelRecord(self.name, "draft", self.model.forwards - forwards, ms)
+        return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, [work])
 
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         fed_ids: list[int] = []
@@ -176,7 +183,7 @@ class NGramDrafter(Drafter):
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
         start = time.perf_counter()
         ids = lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram)
-        return Draft(ids, None, self.name, {"levels": [level_record(self.name, "draft", 1, 1e3 * (time.perf_counter() - start))]})
+        return Draft(ids, None, self.name, [LevelRecord(self.name, "draft", 1, 1e3 * (time.perf_counter() - start))])
 
     def can_draft(self, tokens: list[int]) -> bool:
         return bool(lookup_continuation(tokens, 1, self.max_ngram, self.min_ngram))

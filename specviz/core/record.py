@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 import torch
 
 from specviz.core.acceptance import REJECTED, Kept, Verdict, one_hot_rows
-from specviz.core.drafters import Draft
+from specviz.core.drafters import Draft, LevelRecord
 from specviz.core.timing import Mark, Stopwatch
 from specviz.core.tree import NodeRecord, TreeShape
 
@@ -83,26 +83,27 @@ class StepEvent:
     forward_ms: float
     elapsed_ms: float
     policy: dict | None = None
-    extra: dict = field(default_factory=dict)
+    levels: list[LevelRecord] = field(default_factory=list)
     verify: list[VerifyRecord] = field(default_factory=list)
     tree: TreeRecord | None = None
 
     def to_dict(self) -> dict:
-        """The step as JSON; a chain's step has no ``tree`` key."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The step as JSON; the levels go under ``extra``, and a chain's step has no ``tree`` key."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("levels", "verify", "tree")}
+        out["extra"] = {"levels": [asdict(level) for level in self.levels]}
         out["verify"] = [v.to_dict() for v in self.verify]
-        if self.tree is None:
-            del out["tree"]
-        else:
+        if self.tree is not None:
             out["tree"] = asdict(self.tree)
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> StepEvent:
         """A step from its JSON (:meth:`to_dict`; a version-1 trace's steps too)."""
-        tree = data.get("tree")
-        return cls(**{**data, "verify": [VerifyRecord(**v) for v in data.get("verify") or []],
-                      "tree": TreeRecord(**{**tree, "nodes": [NodeRecord(**n) for n in tree["nodes"]]}) if tree else None})
+        data = dict(data)
+        extra, tree = data.pop("extra", None) or {}, data.pop("tree", None)
+        return cls(**data, levels=[LevelRecord(**level) for level in extra.get("levels", [])],
+                   verify=[VerifyRecord(**v) for v in data.pop("verify", None) or []],
+                   tree=TreeRecord(**{**tree, "nodes": [NodeRecord(**n) for n in tree["nodes"]]}) if tree else None)
 
 
 class Recorder:
@@ -129,7 +130,7 @@ class Recorder:
             emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=verdict.reasons,
             judge_scores=verdict.judge_scores, draft_ms=draft_ms, verify_ms=verify_ms, overhead_ms=overhead_ms,
             total_ms=total_ms, forward_ms=1e3 * forward_s, elapsed_ms=1e3 * self.watch.seconds(self.start, t3), policy=policy,
-            extra=draft.extra, verify=verify_records(draft, verdict) if full and kept.tree is None else [], tree=tree)
+            levels=draft.levels, verify=verify_records(draft, verdict) if full and kept.tree is None else [], tree=tree)
 
 
 def verify_records(draft: Draft, verdict: Verdict) -> list[VerifyRecord]:

@@ -7,7 +7,7 @@ own distributions. The block goes up when it reaches μ tokens (the γ the engin
 rejection, and the level above verifies it using those distributions as q — so every level stays
 exact. Longer chains nest: the inner drafter may itself be a StagedDrafter.
 
-Each proposal reports, per level (top first), what that level did in ``Draft.extra["levels"]``: passes
+Each proposal reports, per level (top first), what that level did in ``Draft.levels``: passes
 (forwards), milliseconds and, for verifying levels, (draft length, tokens passed up) per verification;
 :mod:`specviz.analysis.theory` turns these into Lemma 3.1 / Theorems 3.2–3.3 numbers.
 """
@@ -18,19 +18,19 @@ import torch
 
 from specviz.core.acceptance import ExactRule, Verdict
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import Draft, Drafter, StopRule, level_record
+from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule
 from specviz.core.sampling import Sampler
 
 DEFAULT_LEVEL_GAMMA = 4
 
 
-def merge_levels(total: list[dict], part: list[dict]) -> None:
+def merge_levels(total: list[LevelRecord], part: list[LevelRecord]) -> None:
     """Add one inner proposal's per-level records into the running totals (same chain, same order)."""
     for acc, rec in zip(total, part):
-        acc["passes"] += rec["passes"]
-        acc["ms"] += rec["ms"]
-        acc["verifications"] += rec["verifications"]
-        acc["blocks"] += rec["blocks"]
+        acc.passes += rec.passes
+        acc.ms += rec.ms
+        acc.verifications += rec.verifications
+        acc.blocks += rec.blocks
 
 
 class StagedDrafter(Drafter):
@@ -57,23 +57,23 @@ class StagedDrafter(Drafter):
             n = verdict.accepted
             block += draft.ids[:n] + [verdict.next_token]
             qs.append(p[: n + 1])
-            mine["passes"] += 1
-            mine["ms"] += 1e3 * seconds
-            mine["verifications"].append([len(draft.ids), n + 1])
-            mine["blocks"].append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
+            mine.passes += 1
+            mine.ms += 1e3 * seconds
+            mine.verifications.append([len(draft.ids), n + 1])
+            mine.blocks.append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
             if n < len(draft.ids):
                 break
-        return Draft(block, torch.cat(qs), self.name, {"levels": [mine, *below]})
+        return Draft(block, torch.cat(qs), self.name, [mine, *below])
 
-    def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, below: list[dict]) -> Draft:
+    def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, below: list[LevelRecord]) -> Draft:
         if k <= 0:
             return Draft([], None, self.inner.name)
         draft = self.inner.propose(seq, k, sampler, stop)
-        merge_levels(below, draft.extra["levels"])
+        merge_levels(below, draft.levels)
         return draft
 
-    def blank_levels(self) -> list[dict]:
-        return [level_record(self.verifier.name, "verify"), *self.inner.blank_levels()]
+    def blank_levels(self) -> list[LevelRecord]:
+        return [LevelRecord(self.verifier.name, "verify"), *self.inner.blank_levels()]
 
     def _verify(self, seq: list[int], draft: Draft, sampler: Sampler) -> tuple[Verdict, torch.Tensor, float]:
         before = self.verifier.forward_s

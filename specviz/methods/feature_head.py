@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from specviz.core.cache import CachedModel, Forward, TreeRows
-from specviz.core.drafters import Draft, Drafter, StopRule, level_record, state_expander
+from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule, state_expander
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.hidden import final_norm
 from specviz.core.registry import DRAFTERS
@@ -227,8 +227,8 @@ class StateDrafter(Drafter):
             qs.append(q)
             if len(ids) < gamma:
                 state = self._run(state, ids[-1:], n + len(ids) - 1)
-        work = level_record(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(ids, torch.stack(qs) if qs else None, self.name, {"levels": [work]})
+        work = LevelRecord(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
+        return Draft(ids, torch.stack(qs) if qs else None, self.name, [work])
 
     @torch.inference_mode()
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:

@@ -73,12 +73,13 @@ def chain_theory() -> dict:
     """The theory block of a hand-made three-level run (ngram → mid → target)."""
     from types import SimpleNamespace
 
+    from specviz.core.drafters import LevelRecord
+
     def step(k: int, acc: int, verifications: list) -> SimpleNamespace:
-        levels = [{"name": "mid", "role": "verify", "passes": len(verifications), "ms": 5.0 * len(verifications),
-                   "verifications": verifications}, {"name": "ngram", "role": "draft", "passes": len(verifications), "ms": 0.1,
-                                                     "verifications": []}]
+        levels = [LevelRecord("mid", "verify", len(verifications), 5.0 * len(verifications), verifications),
+                  LevelRecord("ngram", "draft", len(verifications), 0.1)]
         return SimpleNamespace(drafter="ngram→mid", draft_ids=[1] * k, accepted=acc, emitted_ids=[1] * (acc + 1), verify_ms=50.0,
-                               total_ms=60.0, extra={"levels": levels})
+                               total_ms=60.0, levels=levels)
 
     return run_theory([step(3, 1, [[2, 3]]), step(4, 4, [[2, 3], [1, 1]]), step(2, 0, [[1, 2]])])
 
