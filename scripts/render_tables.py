@@ -151,8 +151,8 @@ TABLES = {
     "judge-paper-head": dict(kind="summary", csv="judge", columns=QUALITY),
     "judge-bundled": dict(kind="summary", csv="judge_confidence", columns=QUALITY),
     "judge-head-draft": dict(kind="summary", csv="judge_head_draft", columns=QUALITY),
-    "trees": dict(kind="summary", csv="trees", columns=FULL),
-    "trees-pairs": dict(kind="pairs", csv="trees", pairs=TREE_PAIRS),
+    "trees": dict(kind="summary", csv="trees_all_prompts", columns=FULL),
+    "trees-pairs": dict(kind="pairs", csv="trees_all_prompts", pairs=TREE_PAIRS),
     "cuda-peer": dict(kind="pairs", csv="cuda/speed_bf16", accept=True, pairs=[
         ("engine ar", "hf generate (AR)"), ("engine sd early-4 γ=4", "hf-assisted early-4 γ=4"),
         ("engine sd draft-m γ=4", "hf-assisted draft-m γ=4"), ("engine sd draft-m γ=4, full draft vocab", "hf-assisted draft-m γ=4")]),
