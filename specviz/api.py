@@ -10,7 +10,7 @@ import html
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import MISSING, astuple, dataclass, field, fields
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,6 @@ def read_trace(path: str | Path) -> dict:
         raise ConfigError(f"{path.name} is not a specviz trace: not valid JSON ({str(exc).splitlines()[0][:80]})") from None
 
 
-STEP_FIELDS = {f.name: f for f in fields(StepEvent)}
 
 
 def check_trace(data: Any) -> dict:
@@ -157,8 +156,8 @@ def check_trace(data: Any) -> dict:
         if not isinstance(data.get(key), kind):
             raise ConfigError(f"truncated or damaged trace: '{key}' is missing or not a {kind.__name__}")
     for i, step in enumerate(data["steps"]):
-        if not isinstance(step, dict) or not {n for n, f in STEP_FIELDS.items() if f.default is MISSING
-                                               and f.default_factory is MISSING} <= set(step) or set(step) - set(STEP_FIELDS):
+        required, allowed = StepEvent.json_keys()
+        if not isinstance(step, dict) or not required <= set(step) or set(step) - allowed:
             raise ConfigError(f"truncated or damaged trace: step {i + 1} does not have a step's fields")
     if not all(isinstance(s, list | tuple) and len(s) == len(fields(TokenSpan)) for s in data["spans"]):
         raise ConfigError("truncated or damaged trace: a token span is not a list of its fields")

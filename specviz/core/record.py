@@ -9,7 +9,7 @@ after the step's last timing mark, so they never count as the step's time.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 import torch
 
@@ -97,12 +97,18 @@ class StepEvent:
         return out
 
     @classmethod
+    def json_keys(cls) -> tuple[set[str], set[str]]:
+        """The keys a step's JSON must have, and those it may have."""
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        return required, {f.name for f in fields(cls)} - {"levels"} | {"extra"}
+
+    @classmethod
     def from_dict(cls, data: dict) -> StepEvent:
         """A step from its JSON (:meth:`to_dict`; a version-1 trace's steps too)."""
         data = dict(data)
-        extra, tree = data.pop("extra", None) or {}, data.pop("tree", None)
+        extra, verify, tree = data.pop("extra", None) or {}, data.pop("verify", None) or [], data.pop("tree", None)
         return cls(**data, levels=[LevelRecord(**level) for level in extra.get("levels", [])],
-                   verify=[VerifyRecord(**v) for v in data.pop("verify", None) or []],
+                   verify=[VerifyRecord(**v) for v in verify],
                    tree=TreeRecord(**{**tree, "nodes": [NodeRecord(**n) for n in tree["nodes"]]}) if tree else None)
 
 

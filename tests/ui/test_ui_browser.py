@@ -242,8 +242,12 @@ def test_a_token_trees_microscope_opens_on_any_node(page):
     page.get_by_role("tab", name="Explore").click()
     label = "token tree feature head sampled"
     data = json.loads((ROOT / "assets" / "traces" / f"{label.replace(' ', '-')}.json").read_text())
-    page.locator("#explore-examples input").fill(label)
-    page.get_by_role("option", name=label).click()
+    choice = page.locator("#explore-examples input")
+    choice.scroll_into_view_if_needed()
+    choice.click()
+    choice.fill(label)
+    choice.press("Enter")
+    assert choice.input_value() == label
     page.click("#explore-open-example")
     page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded')", timeout=60_000)
     step = next(e for e in data["steps"] if e.get("tree") and any(n["accepted"] is False for n in e["tree"]["nodes"]))
