@@ -88,9 +88,10 @@ class StepEvent:
     tree: TreeRecord | None = None
 
     def to_dict(self) -> dict:
-        """The step as JSON; the levels go under ``extra``, and a chain's step has no ``tree`` key."""
+        """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a chain's step has no
+        ``tree`` key."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("levels", "verify", "tree")}
-        out["extra"] = {"levels": [asdict(level) for level in self.levels]}
+        out["extra"] = {"levels": [asdict(level) for level in self.levels]} if self.levels else {}
         out["verify"] = [v.to_dict() for v in self.verify]
         if self.tree is not None:
             out["tree"] = asdict(self.tree)
