@@ -1,9 +1,12 @@
-"""Lossless on the real offline target: every suite prompt, every drafter, γ ∈ {1, 3, 6}, 64 new tokens,
-token for token the same as transformers' greedy generate (and so is the AR baseline).
+"""Lossless on the real offline target: every suite prompt, every drafter as a chain of γ ∈ {1, 3, 6}, token trees
+of 4, 8 and 16 nodes and a polybasic chain, 64 new tokens, token for token the same as transformers' greedy generate
+(and so is the AR baseline).
 
 By default each prompt runs every drafter at one γ, rotating through {1, 3, 6} over the suite so that every
-(drafter, γ) pair meets 16 prompts and CI stays well inside its time; SPECVIZ_FULL_EXACTNESS=1 runs every γ
-on every prompt (about 45 minutes on 2 cores), and SPECVIZ_EXACTNESS_DRAFTS=a,b limits the drafters to those.
+(drafter, γ) pair meets 16 prompts, and every fourth prompt also runs the trees and the polybasic chain at one size,
+rotating, so that CI stays well inside its time; SPECVIZ_FULL_EXACTNESS=1 runs every γ and every tree size on every
+prompt, and SPECVIZ_EXACTNESS_DRAFTS=a,b limits the drafters to those (and leaves out the trees and the polybasic
+chain).
 
 SPECVIZ_EXACTNESS_LOG=PATH also writes a log: a header naming the settings, the commit (``git rev-parse HEAD``,
 marked when the work tree has uncommitted changes; "unknown" outside a git checkout) and the machine, then one line
@@ -37,6 +40,9 @@ def generate_reference(run) -> list[int]:
 
 
 GAMMAS = (1, 3, 6)
+TREES = (("head", "dynamic"), ("draft-m", "static"), ("ngram", "dynamic"))
+TREE_NODES = (4, 8, 16)
+POLYBASIC = ["ngram", "draft-s", "draft-m"]
 FULL = os.environ.get("SPECVIZ_FULL_EXACTNESS") == "1"
 LOG = os.environ.get("SPECVIZ_EXACTNESS_LOG", "")
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,10 +65,13 @@ def log_header() -> str:
     """What a log covers: the command's settings, the commit and the machine."""
     settings = " ".join(f"{k}={os.environ[k]}" for k in ("SPECVIZ_FULL_EXACTNESS", "SPECVIZ_EXACTNESS_DRAFTS") if k in os.environ)
     gammas = "γ ∈ {1, 3, 6} on every prompt" if FULL else "one γ of (1, 3, 6) per prompt and drafter, rotating"
+    trees = ("" if os.environ.get("SPECVIZ_EXACTNESS_DRAFTS") else
+             f"; trees {', '.join(f'{d} {k}' for d, k in TREES)} and the polybasic chain {','.join(POLYBASIC)}: "
+             + ("nodes ∈ {4, 8, 16} (chain γ ∈ {1, 3, 6}) on every prompt" if FULL else "one size per fourth prompt, rotating"))
     return (f"# {settings + ' ' if settings else ''}.venv/bin/python -m pytest tests/test_exact_real.py\n"
             f"# run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit: {code_commit()}\n"
             f"# machine: {describe_hardware()}\n"
-            f"# offline target in float32, greedy, {N} new tokens; AR and drafters {', '.join(DRAFTS)}: {gammas}; "
+            f"# offline target in float32, greedy, {N} new tokens; AR and drafters {', '.join(DRAFTS)}: {gammas}{trees}; "
             "each must equal transformers' generate token for token\n")
 
 
@@ -80,6 +89,17 @@ def exactness_log():
         f.write(f"# {counts['passed']} prompts passed, {counts['failed']} failed\n")
 
 
+def shaped_runs(index: int) -> list[tuple[str, DecodeConfig]]:
+    """The token trees and the polybasic chain prompt ``index`` runs (none with SPECVIZ_EXACTNESS_DRAFTS)."""
+    if os.environ.get("SPECVIZ_EXACTNESS_DRAFTS") or not (FULL or index % 4 == 0):
+        return []
+    sizes = range(3) if FULL else [index // 4 % 3]
+    runs = [(f"{draft} {kind} tree {TREE_NODES[i]}", DecodeConfig(draft=draft, tree_nodes=TREE_NODES[i], tree_kind=kind, max_new_tokens=N))
+            for draft, kind in TREES for i in sizes]
+    return runs + [(f"chain {','.join(POLYBASIC)} γ={GAMMAS[i]}", DecodeConfig(chain=POLYBASIC, gamma=GAMMAS[i], max_new_tokens=N))
+                   for i in sizes]
+
+
 @pytest.mark.parametrize("index, item", list(enumerate(load_suite("all"))), ids=lambda x: x["id"] if isinstance(x, dict) else "")
 def test_all_methods_match_generate(bank, exactness_log, index, item):
     ar = prepare(DecodeConfig(method="ar", max_new_tokens=N), item["prompt"], bank)
@@ -89,6 +109,8 @@ def test_all_methods_match_generate(bank, exactness_log, index, item):
         for gamma in GAMMAS if FULL else [GAMMAS[(index + d) % len(GAMMAS)]]:
             run = prepare(DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=N), item["prompt"], bank)
             outputs[f"{draft} γ={gamma}"] = [t for e in run.events() for t in e.emitted_ids]
+    for label, config in shaped_runs(index):
+        outputs[label] = [t for e in prepare(config, item["prompt"], bank).events() for t in e.emitted_ids]
     mismatches = {name: out for name, out in outputs.items() if out != reference}
     if exactness_log:
         f, counts = exactness_log
