@@ -40,7 +40,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python -m specviz bench --suite all --per-category 0 --max-new-tokens 64 --out out/bench
 
-# every committed benchmark result, each step writing only its own files (hours on 2 cores; STEPS=... picks some)
+# the quick CPU set of scripts/run_benchmarks.sh, each step writing only its own files (hours on 2 cores; STEPS=... picks steps)
 bench-all: setup
 	bash scripts/run_benchmarks.sh
 

@@ -1,7 +1,7 @@
 """Top-1 agreement of draft models (and feature heads) with the offline target, teacher-forced on the target's
 own greedy answers: the first draft token's agreement, with the true text before it.
 
-    .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...] > results/draft_agreement.md    # default: the bundled drafts and heads
+    mkdir -p out && .venv/bin/python scripts/draft_agreement.py [DRAFT_DIR ...] > out/draft_agreement.md   # default: bundled drafts, heads
 
 Measured per draft on the evaluation suites (all 48 prompts, 64 new tokens, chat template), per category and overall,
 and on the distillation data's held-out answers (the split ``specviz.training.drafts fit`` reports). Older drafts can be

@@ -11,7 +11,7 @@ what they cost, and early-4 is accepted most of the time (0.89 on the H100 run).
 target's greedy answer soon repeats itself, so the n-gram lookup is accepted almost always here. Prompts are
 random token ids (no tokenizer travels either).
 
-    python scripts/measure_cuda.py --out results/cuda/run   # writes results/cuda/run.md and run.csv
+    python scripts/measure_cuda.py --out out/cuda/run   # writes out/cuda/run.md and run.csv (--out is required)
 
 The unit tests of the engine run on the GPU with ``SPECVIZ_TEST_DEVICE=cuda pytest tests/test_engine.py
 tests/test_lean.py tests/test_acceptance.py tests/test_chain.py tests/test_feature_head.py tests/test_policies.py``.
@@ -233,7 +233,7 @@ def report(args: argparse.Namespace, device: torch.device, exact: list[dict], ti
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("results/cuda/run"))
+    parser.add_argument("--out", type=Path, required=True, help="writes OUT.md and OUT.csv, e.g. --out out/cuda/run")
     parser.add_argument("--prompts", type=int, default=4, help="0 skips the speed tables")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--exact-prompts", type=int, default=2, help="0 skips the exactness table")

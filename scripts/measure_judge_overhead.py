@@ -1,8 +1,12 @@
 """What judge decoding adds to a verify step: the pre-norm capture hook and the judge head (with its confidence inputs), timed
-against the same verify forward without them (interleaved, medians). Writes results/judge_overhead.md."""
+against the same verify forward without them (interleaved, medians).
+
+    .venv/bin/python scripts/measure_judge_overhead.py --out PATH      # e.g. --out out/judge_overhead.md
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -23,7 +27,7 @@ from specviz.runtime.prepare import prepare  # noqa: E402
 REPEATS, GAMMA = 200, 4
 
 
-def main() -> None:
+def main(out: Path) -> None:
     run = prepare(DecodeConfig(method="ar", max_new_tokens=8), "Explain why the sky is blue.", ModelBank())
     lm = run.target.lm
     models = {capture: cached_model(lm, run.target.vocab_size, prenorm=capture) for capture in (False, True)}
@@ -44,10 +48,13 @@ def main() -> None:
     line = (f"Verify forward of {GAMMA + 1} tokens on `{lm.name}` ({torch.get_num_threads()} threads, {REPEATS} interleaved "
             f"repeats): median {1e3 * base:.2f} ms plain, {1e3 * (base + extra):.2f} ms with the pre-norm capture and the judge "
             f"head → the judge adds {1e3 * extra:.3f} ms = {100 * extra / base:.2f} % of verify time.")
-    reproduce = "Reproduce: `.venv/bin/python scripts/measure_judge_overhead.py`"
-    Path("results/judge_overhead.md").write_text(f"# Judge overhead\n\n{line}\n\n{reproduce}\n")
+    reproduce = f"Reproduce: `.venv/bin/python scripts/measure_judge_overhead.py --out {out}`"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# Judge overhead\n\n{line}\n\n{reproduce}\n")
     print(line)
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="the report file")
+    main(ap.parse_args().out)

@@ -2,7 +2,7 @@
 kernels: transformers' default, oneDNN-prepacked weights for every row count, and what
 ``specviz.models.backends.cpu.PackedLinear`` ships (MKL's narrow GEMM up to 4 rows, the prepacked weights above).
 
-    .venv/bin/python scripts/measure_linear_kernels.py [--reps 15] [--out results/linear_kernels.md]
+    .venv/bin/python scripts/measure_linear_kernels.py [--reps 15] --out PATH      # e.g. --out out/linear_kernels.md
 
 A 100-token context is cached once per variant; each timed forward feeds n new tokens (n = 1 is a plain
 decoding step, n = γ + 1 a verify) and is cropped away again. The table also gives the largest logit
@@ -59,12 +59,14 @@ def main(reps: int, out: Path) -> None:
     ms = {key: 1e3 * statistics.median(v) for key, v in times.items()}
     lines = [f"# Target forward cost by tokens per forward ({time.strftime('%Y-%m-%d')})", "",
              f"Machine: {describe_machine(ModelBank()).rstrip('; ')}. SmolLM2-135M-Instruct, float32, 100-token cached context, "
-             f"median of {reps} interleaved repetitions. Command: `.venv/bin/python scripts/measure_linear_kernels.py`.", "",
+             f"median of {reps} interleaved repetitions. "
+             f"Command: `.venv/bin/python scripts/measure_linear_kernels.py --reps {reps} --out {out}`.", "",
              "| kernel | " + " | ".join(f"{n} tok" for n in SIZES) + " | verify of 4 ÷ plain step | largest abs Δ logit vs default |",
              "|---|" + "---|" * (len(SIZES) + 2)]
     for name in variants:
         lines.append(f"| {name} | " + " | ".join(f"{ms[(name, n)]:.1f} ms" for n in SIZES)
                      + f" | {ms[(name, 4)] / ms[(name, 1)]:.2f} | {gap[name]:.1e} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -72,6 +74,6 @@ def main(reps: int, out: Path) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--out", type=Path, default=Path("results/linear_kernels.md"))
+    ap.add_argument("--out", type=Path, required=True, help="the report file")
     a = ap.parse_args()
     main(a.reps, a.out)

@@ -2,8 +2,9 @@
 decodes the default Explore configuration on its model thread, alternating the queue's poll intervals between gradio's
 default outside Windows (1 ms, progress 10 ms) and the app's QUEUE_POLL_S, pair by pair (the order flips every pair).
 Reports each run's median step time (prefill excluded) and the median of the pairs' ratios.
-Usage: .venv/bin/python scripts/measure_queue_poll.py [pairs] [output] (default 8, results/ui_queue_poll.txt)"""
+Usage: .venv/bin/python scripts/measure_queue_poll.py [PAIRS] --out PATH   (PAIRS default 8; e.g. --out out/ui_queue_poll.txt)"""
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -34,7 +35,7 @@ def median_step_ms(settings: dict, prompt: str) -> float:
     return statistics.median(b - a for a, b in zip(times, times[1:]))
 
 
-def main(pairs: int = 8, output: str = "results/ui_queue_poll.txt") -> None:
+def main(pairs: int, output: str) -> None:
     demo = build_app()
     launch(demo, warm_up=True, prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     while shared_models().warming:
@@ -51,7 +52,7 @@ def main(pairs: int = 8, output: str = "results/ui_queue_poll.txt") -> None:
     demo.close()
     ratio = statistics.median(a / g for a, g in zip(steps["app"], steps["gradio"]))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    lines = [f"# command: .venv/bin/python scripts/measure_queue_poll.py {pairs} {output}",
+    lines = [f"# command: .venv/bin/python scripts/measure_queue_poll.py {pairs} --out {output}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {commit}; {describe_hardware()}",
              f"# the default Explore configuration ({settings['draft']}, gamma {settings['gamma']}, {settings['max_new_tokens']} tokens) "
              "decoded on the app's model thread while the app serves, idle; median step time of each run, prefill excluded",
@@ -59,9 +60,15 @@ def main(pairs: int = 8, output: str = "results/ui_queue_poll.txt") -> None:
                for name, values in steps.items()),
              f"median of the pairs' step-time ratios, app / gradio: {ratio:.3f}"]
     print("\n".join(lines))
-    (ROOT / output).write_text("\n".join(lines) + "\n")
+    path = ROOT / output
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
     os._exit(0)  # the model thread and gradio's threads need not wind down
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 8, sys.argv[2] if len(sys.argv) > 2 else "results/ui_queue_poll.txt")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pairs", type=int, nargs="?", default=8, help="interleaved pairs of decodes (default 8)")
+    ap.add_argument("--out", required=True, help="the report file, relative to the repository root")
+    a = ap.parse_args()
+    main(a.pairs, a.out)

@@ -2,9 +2,10 @@
 token, the verify records with their top-10 of p, q and the residual), interleaved prompt by prompt (rotated order)
 after a warm-up, as the median per-prompt ratio of wall time (prefill included; the recorder reads the device after
 each step's last timing mark, so only wall time sees it). Greedy and sampled, draft head.
-Usage: .venv/bin/python scripts/measure_record_overhead.py [prompts per category] [output]
-(default 2, results/record_overhead_wall.md)"""
+Usage: .venv/bin/python scripts/measure_record_overhead.py [PROMPTS_PER_CATEGORY] --out PATH
+(PROMPTS_PER_CATEGORY default 2; e.g. --out out/record_overhead.md)"""
 
+import argparse
 import os
 import statistics
 import sys
@@ -26,7 +27,7 @@ def decode_ms(config: DecodeConfig, prompt: str, bank: ModelBank, record: bool) 
     return list(prepare(config, prompt, bank).events(record))[-1].elapsed_ms
 
 
-def main(per_category: int = 2, output: str = "results/record_overhead_wall.md") -> None:
+def main(per_category: int, output: str) -> None:
     bank, prompts = ModelBank(), [item["prompt"] for item in load_suite("all", per_category)]
     lines = [f"# Cost of recording the verification\n\n{describe_hardware()}; offline preset, draft head, γ = 3, {TOKENS} new tokens, "
              f"{len(prompts)} suite prompts, records on and off interleaved (rotated order), fastest of {ROUNDS} rounds each.\n",
@@ -43,9 +44,14 @@ def main(per_category: int = 2, output: str = "results/record_overhead_wall.md")
             ratios.append(best[True] / best[False])
         lines.append(f"| {mode} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} |")
         print(lines[-1], flush=True)
-    lines.append(f"\nReproduce: `.venv/bin/python scripts/measure_record_overhead.py {per_category} {output}`")
+    lines.append(f"\nReproduce: `.venv/bin/python scripts/measure_record_overhead.py {per_category} --out {output}`")
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2, sys.argv[2] if len(sys.argv) > 2 else "results/record_overhead_wall.md")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("per_category", type=int, nargs="?", default=2, help="suite prompts per category (default 2)")
+    ap.add_argument("--out", required=True, help="the report file")
+    a = ap.parse_args()
+    main(a.per_category, a.out)

@@ -2,8 +2,9 @@
 CLI, browser, CLI, …) after one warm-up of each. The app runs as ``make run`` runs it (``app.py``, its own process);
 the page is Debian's chromium driven by playwright (never ``playwright install``); Run is pressed with every control
 at its default, and the CLI runs the same prompt and config (checked field by field from the run's trace file).
-Usage: .venv/bin/python scripts/measure_ui_browser.py [rounds] [output] (default 5, results/ui_browser_measure.txt)"""
+Usage: .venv/bin/python scripts/measure_ui_browser.py [ROUNDS] --out PATH   (ROUNDS default 5; e.g. --out out/ui_browser.txt)"""
 
+import argparse
 import json
 import os
 import re
@@ -56,7 +57,7 @@ def cli_run(prompt: str, config: dict) -> dict:
     return json.loads(out.stdout)
 
 
-def main(rounds: int = 5, output: str = "results/ui_browser_measure.txt") -> None:
+def main(rounds: int, output: str) -> None:
     port = free_port()
     app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "PORT": str(port)},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -93,7 +94,7 @@ def main(rounds: int = 5, output: str = "results/ui_browser_measure.txt") -> Non
     ratio = statistics.median(b / c for b, c in zip(browser, cli))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "specviz"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    header = [f"# command: .venv/bin/python scripts/measure_ui_browser.py {rounds} {output}",
+    header = [f"# command: .venv/bin/python scripts/measure_ui_browser.py {rounds} --out {output}",
               f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {commit}{' + uncommitted changes' if dirty else ''}; "
               f"{describe_hardware()}",
               f"# a default Explore run (every control at its default: {re.sub(r'[{}]', '', json.dumps(config))}) in chromium "
@@ -104,8 +105,14 @@ def main(rounds: int = 5, output: str = "results/ui_browser_measure.txt") -> Non
     summary = (f"median browser {statistics.median(browser):.2f} tok/s, median CLI {statistics.median(cli):.2f} tok/s; "
                f"median browser / CLI ratio {ratio:.3f}")
     print(summary)
-    (ROOT / output).write_text("\n".join([*header, *lines, summary]) + "\n")
+    path = ROOT / output
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([*header, *lines, summary]) + "\n")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5, sys.argv[2] if len(sys.argv) > 2 else "results/ui_browser_measure.txt")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rounds", type=int, nargs="?", default=5, help="interleaved browser/CLI rounds (default 5)")
+    ap.add_argument("--out", required=True, help="the report file, relative to the repository root")
+    a = ap.parse_args()
+    main(a.rounds, a.out)

@@ -16,11 +16,15 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_steps import benchmark_steps, made_by  # noqa: E402
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"(<!-- table:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table:(?P=name) -->)", re.S)
 NAN = float("nan")
 NUMBERS = ("new_tokens", "wall_s", "tokens_per_s", "speedup", "mean_accept_len", "accept_rate", "draft_ms", "verify_ms",
            "overhead_ms", "engine_overhead_frac", "predicted_tokens_per_s", "decode_tokens_per_s", "target_logprob")
@@ -209,34 +213,56 @@ def render(spec: dict) -> str:
     raise SystemExit(f"render_tables: unknown kind {spec['kind']!r}")
 
 
-def rewrite(text: str, path: Path) -> str:
-    opened = re.findall(r"^<!-- table:([\w-]+) -->$", text, re.M)
-    if len(opened) != len(BLOCK.findall(text)):
-        raise SystemExit(f"{path.relative_to(ROOT)}: a table marker is not closed (tables: {', '.join(opened)})")
+def shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
-    def block(m: re.Match) -> str:
-        spec = TABLES.get(m["name"])
-        if spec is None:
-            raise SystemExit(f"{path.relative_to(ROOT)}: unknown table '{m['name']}' (known: {', '.join(TABLES)})")
-        source = f"*From `results/{spec['csv']}.csv`, rendered by `scripts/render_tables.py`.*"
-        return f"{m[1]}\n{render(spec)}\n\n{source}\n{m[4]}"
-    return BLOCK.sub(block, text)
+
+def rewrite_blocks(text: str, path: Path, kind: str, blocks: Mapping[str, Callable[[], str]]) -> str:
+    """``text`` with every block between ``<!-- KIND:NAME -->`` and ``<!-- /KIND:NAME -->`` replaced by
+    ``blocks[NAME]()``; a SystemExit names the page for an unclosed or unknown block."""
+    block = re.compile(rf"(<!-- {kind}:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /{kind}:(?P=name) -->)", re.S)
+    opened = re.findall(rf"^<!-- {kind}:([\w-]+) -->$", text, re.M)
+    if len(opened) != len(block.findall(text)):
+        raise SystemExit(f"{shown(path)}: a {kind} marker is not closed ({kind}s: {', '.join(opened)})")
+
+    def replace(m: re.Match) -> str:
+        if m["name"] not in blocks:
+            raise SystemExit(f"{shown(path)}: unknown {kind} '{m['name']}' (known: {', '.join(blocks)})")
+        return f"{m[1]}\n{blocks[m['name']]()}\n{m[4]}"
+    return block.sub(replace, text)
+
+
+def render_pages(pages: list[Path], kind: str, blocks: Mapping[str, Callable[[], str]], check: bool, what: str) -> list[Path]:
+    """Rewrite the ``kind`` blocks of every page (or, with ``check``, only report): the pages that differ."""
+    stale = []
+    for path in pages:
+        text = path.read_text()
+        new = rewrite_blocks(text, path, kind, blocks)
+        if new != text:
+            stale.append(path)
+            if not check:
+                path.write_text(new)
+    for path in stale:
+        print(f"{shown(path)}: {what} {'differ from' if check else 'rewritten from'} the source", file=sys.stderr)
+    return stale
+
+
+def table_block(spec: dict) -> str:
+    csv_path = f"results/{spec['csv']}.csv"
+    made = made_by(csv_path, *benchmark_steps())
+    if made is None:
+        raise SystemExit(f"render_tables: scripts/run_benchmarks.sh has no step or '# elsewhere:' line for {csv_path}")
+    command, note = made
+    return (f"{render(spec)}\n\n*From `{csv_path}` (made by `{command}`{'; ' + note if note else ''}), rendered by "
+            "`scripts/render_tables.py`.*")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a committed table differs from the CSVs")
     args = ap.parse_args(argv)
-    stale = []
-    for path in PAGES:
-        text = path.read_text()
-        new = rewrite(text, path)
-        if new != text:
-            stale.append(path.relative_to(ROOT))
-            if not args.check:
-                path.write_text(new)
-    for path in stale:
-        print(f"{path}: tables {'differ from' if args.check else 'rewritten from'} results/*.csv", file=sys.stderr)
+    blocks = {name: (lambda spec=spec: table_block(spec)) for name, spec in TABLES.items()}
+    stale = render_pages(PAGES, "table", blocks, args.check, "tables")
     return 1 if args.check and stale else 0
 
 

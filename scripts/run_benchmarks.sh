@@ -1,39 +1,151 @@
 #!/usr/bin/env bash
-# Reproduces the committed results, one step per result; each step writes only its own files, with the settings
-# the committed file was made with (its header states them). The standard, all-prompts, policies, selection and
-# judge-head-draft files were made before the EAGLE-3-style head was bundled and measured head-v1 under the name "head":
-# those steps write _eagle3-suffixed files beside them (policies_eagle3 and selection_eagle3 are committed). The other
-# steps use no head, or (heads) name both heads, and rewrite their committed files. record-overhead (which writes
-# results/record_overhead_wall.md), ui (which measures the draft "head" and overwrites its file) and advisor run only
-# when asked (STEPS=...).
-# Run on a quiet machine: other CPU load distorts every timing. STEPS selects parts, e.g. STEPS="chains judge".
+# Remakes, on this 2-core CPU, the result files that a CPU can remake: one step per result, and each step writes only
+# the files it names literally as results/... (through --out, > or tee). A step that measures the bundled draft `head`
+# where a committed file's `head` rows measured head-v1 writes a file with an _eagle3 suffix, never the committed one
+# (and the judge step, whose committed results/judge.* used another judge head, writes results/judge_bundled).
+# Every file under results/ that no step writes is listed in the `# elsewhere:` block at the end, with the command
+# that made it and where it ran.
+#
+#   scripts/run_benchmarks.sh                        # the default steps: the quick CPU set (hours on 2 cores)
+#   STEPS="chains judge" scripts/run_benchmarks.sh   # the named steps, in that order
+#
+# Steps (* = in the default set) and what each writes:
+#   predictor*         assets/models/acceptance_predictor.json (python -m specviz fit-predictor)
+#   standard*          results/bench_eagle3 .csv .md
+#   all-prompts*       results/bench_all_prompts_eagle3 .csv .md
+#   heads*             results/heads .csv .md
+#   policies*          results/policies_eagle3 .csv .md
+#   selection*         results/selection_eagle3 .csv .md
+#   chains*            results/chains .csv .md
+#   judge*             results/judge_bundled .csv .md .svg (the judge set with the bundled judge head)
+#   judge-confidence*  results/judge_confidence .csv .md .svg
+#   judge-head-draft*  results/judge_head_draft_eagle3 .csv .md .svg
+#   judge-overhead*    results/judge_overhead.md
+#   trees              results/trees .csv .md
+#   trees-all-prompts  results/trees_all_prompts .csv .md
+#   head-agreement     results/head_agreement.md
+#   linear-kernels     results/linear_kernels.md
+#   policy-sim         results/policy_sim_matches_eagle3.json, results/policy_sim_eagle3.md (the bundled head's match lengths,
+#                      costs fitted to results/policies_eagle3.csv)
+#   policy-sim-head-v1 results/policy_sim.md (the replay of the committed head-v1 match lengths and costs; seconds)
+#   judge-eval         results/judge_eval.md (after `judge build` into .cache/judge/)
+#   ui                 results/ui_measure_eagle3.txt
+#   ui-browser         results/ui_browser_measure_queue.txt (needs chromium and playwright)
+#   queue-poll         results/ui_queue_poll.txt
+#   load-test          results/load_test_eagle3.txt
+#   record-overhead    results/record_overhead_wall.md
+#   chain-advisor      results/chain_advisor.txt
+#   cuda-cpu           results/cuda/cpu_bf16_ties.md, results/cuda/cpu_fp32.md (random 135M-shape target, CPU)
+#
+# Run on a quiet machine: other CPU load distorts every timing. PER_CATEGORY, TOKENS, REPEATS, JUDGE_TOKENS and
+# PREDICTOR_PROMPTS change the settings of the default set's steps; the committed files used the defaults below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
+REPEATS=${REPEATS:-2}
+JUDGE_TOKENS=${JUDGE_TOKENS:-48}
 STEPS=${STEPS:-"predictor standard all-prompts heads policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
-V2=_eagle3
-export HF_HUB_OFFLINE=1
+export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+head_agreement() {  # prints the report: head-v1, the bundled head after its first run (commit a654e23) as head_v2, the bundled head
+  local tmp
+  tmp=$(mktemp -d)
+  git archive a654e23 assets/models/smollm2-head | tar -x -C "$tmp"
+  mv "$tmp/assets/models/smollm2-head" "$tmp/head_v2"
+  cat <<'EOF'
+# Teacher-forced first-token agreement with the target
+
+Top-1 agreement of each head's first draft token with the offline target's greedy answers (all 48 suite prompts, 64 new
+tokens, chat template) and with the distillation data's held-out answers. Rows: `head-v1`; `head_v2`, the EAGLE-3-style
+head after its first, 80-minute run (`results/train_head_v2.log`, the head of commit a654e23); `smollm2-head`, the
+bundled head: the same trained 90 more minutes (`results/train_head_v3.log`). Command:
+`STEPS=head-agreement scripts/run_benchmarks.sh`, which unpacks `git archive a654e23 assets/models/smollm2-head` as a
+directory named `head_v2` and runs
+`.venv/bin/python scripts/draft_agreement.py assets/models/smollm2-head-v1 head_v2 assets/models/smollm2-head` (the
+script names rows by directory).
+
+EOF
+  $PY scripts/draft_agreement.py assets/models/smollm2-head-v1 "$tmp/head_v2" assets/models/smollm2-head
+  rm -rf "$tmp"
+}
+
+load_test_header() {  # the load test's command and this machine, as the first lines of its report
+  echo "# HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/python -m pytest -q -s tests/ui/test_load.py"
+  echo "# $($PY -c "from specviz.models.loading import describe_hardware; print(describe_hardware())"); STEPS=load-test scripts/run_benchmarks.sh"
+}
+
 for step in $STEPS; do
   case $step in
     predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" ;;
-    standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/bench"$V2" ;;
+    standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
+      --out results/bench_eagle3 ;;
     all-prompts) $PY -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" \
-      --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts"$V2" ;;
+      --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts_eagle3 ;;
     heads) $PY -m specviz bench --configs heads --per-category 0 --max-new-tokens 64 --repeats 2 --out results/heads ;;
-    policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/policies"$V2" ;;
-    selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "${REPEATS:-2}" --out results/selection"$V2" ;;
+    policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
+      --out results/policies_eagle3 ;;
+    selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
+      --out results/selection_eagle3 ;;
     chains) $PY -m specviz bench --configs chains --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --out results/chains ;;
-    judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" --out results/judge ;;
-    judge-confidence) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
+    judge) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "$JUDGE_TOKENS" --out results/judge_bundled ;;
+    judge-confidence) $PY -m specviz bench --configs judge --suite judge-eval --max-new-tokens "$JUDGE_TOKENS" \
       --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_confidence ;;
-    judge-head-draft) $PY -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens "${JUDGE_TOKENS:-48}" \
-      --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft"$V2" ;;
-    judge-overhead) $PY scripts/measure_judge_overhead.py ;;
-    record-overhead) $PY scripts/measure_record_overhead.py ;;
-    ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure.txt ;;
-    advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
+    judge-head-draft) $PY -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens "$JUDGE_TOKENS" \
+      --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft_eagle3 ;;
+    judge-overhead) $PY scripts/measure_judge_overhead.py --out results/judge_overhead.md ;;
+    trees) $PY -m specviz bench --configs trees --suite all --per-category 2 --max-new-tokens 48 --out results/trees ;;
+    trees-all-prompts) $PY -m specviz bench --configs trees --suite all --per-category 0 --max-new-tokens 48 --out results/trees_all_prompts ;;
+    head-agreement) head_agreement > results/head_agreement.md ;;
+    linear-kernels) $PY scripts/measure_linear_kernels.py --reps 15 --out results/linear_kernels.md ;;
+    policy-sim) $PY scripts/simulate_policies.py record --out results/policy_sim_matches_eagle3.json && \
+      $PY scripts/simulate_policies.py replay --matches results/policy_sim_matches_eagle3.json --costs results/policies_eagle3.csv \
+        --out results/policy_sim_eagle3.md ;;
+    policy-sim-head-v1) $PY scripts/simulate_policies.py replay --out results/policy_sim.md ;;  # its default inputs: head-v1's matches and costs
+    judge-eval) $PY -m specviz judge build && $PY -m specviz judge eval --out results/judge_eval.md ;;
+    ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure_eagle3.txt ;;
+    ui-browser) $PY scripts/measure_ui_browser.py 10 --out results/ui_browser_measure_queue.txt ;;
+    queue-poll) $PY scripts/measure_queue_poll.py 8 --out results/ui_queue_poll.txt ;;
+    load-test) { load_test_header && $PY -m pytest -q -s tests/ui/test_load.py; } | tee results/load_test_eagle3.txt ;;
+    record-overhead) $PY scripts/measure_record_overhead.py 2 --out results/record_overhead_wall.md ;;
+    chain-advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
+    cuda-cpu) $PY scripts/measure_cuda.py --out results/cuda/cpu_bf16_ties --dtypes bfloat16 --prompts 0 --exact-prompts 8 \
+        --exact-tokens 64 --drafters ngram,early-4 --gammas 1,3 && \
+      $PY scripts/measure_cuda.py --out results/cuda/cpu_fp32 --dtypes float32 --prompts 0 --exact-prompts 8 --exact-tokens 64 \
+        --drafters ngram,early-4 --gammas 1,3 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
+
+# Files under results/ that no step above writes: each with the command that made it and a note (where it ran, if not
+# this CPU, and what it measured that a step would not), as `# elsewhere: GLOB :: COMMAND :: NOTE`.
+# elsewhere: results/bench.* :: .venv/bin/python -m specviz bench --configs standard --per-category 2 --max-new-tokens 64 --repeats 2 --out results/bench :: 2026-11-24; its head rows measured head-v1
+# elsewhere: results/bench_all_prompts.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts :: 2026-11-25; its head rows measured head-v1
+# elsewhere: results/policies.* :: .venv/bin/python -m specviz bench --configs policies --per-category 2 --max-new-tokens 64 --repeats 2 --out results/policies :: 2026-11-24; its head is head-v1
+# elsewhere: results/selection.* :: .venv/bin/python -m specviz bench --configs selection --per-category 2 --max-new-tokens 64 --repeats 2 --out results/selection :: 2026-11-24; its head is head-v1
+# elsewhere: results/judge_head_draft.* :: .venv/bin/python -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens 48 --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft :: 2026-11-24; its draft head is head-v1
+# elsewhere: results/judge.* :: .venv/bin/python -m specviz bench --configs judge --suite judge-eval --max-new-tokens 48 --out results/judge :: another x86_64 machine, 1 thread; with the paper's 577-parameter judge head (python -m specviz judge train --no-confidence) in place of the bundled one in assets/judges/
+# elsewhere: results/policy_sim_matches.json :: PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/simulate_policies.py record :: the script of commit 6e4b21f, which wrote this path; its draft head is head-v1
+# elsewhere: results/record_overhead.md :: .venv/bin/python scripts/measure_record_overhead.py :: the script of commit 18448c2, which wrote this path and timed decode time with the records built inside each step's timing; its draft head is head-v1
+# elsewhere: results/ui_measure.txt :: .venv/bin/python scripts/measure_ui.py 6 > results/ui_measure.txt :: committed in 18448c2; its draft head is head-v1
+# elsewhere: results/ui_browser_measure.txt :: .venv/bin/python scripts/measure_ui_browser.py 9 results/ui_browser_measure.txt :: commit 8d745e5 + uncommitted changes (that code's redraw pacing and queue polling); other jobs on the cores
+# elsewhere: results/ui_browser_measure_quiet.txt :: .venv/bin/python scripts/measure_ui_browser.py 5 results/ui_browser_measure_quiet.txt :: commit 35f4fc7 (that code's queue polling)
+# elsewhere: results/load_test.txt :: HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/python -m pytest -q -s tests/ui/test_load.py > results/load_test.txt :: its output under a 3-line header; 2026-11-25; its draft head is head-v1
+# elsewhere: results/exactness_all.log :: SPECVIZ_EXACTNESS_LOG=results/exactness_all.log .venv/bin/python -m pytest -v tests/test_exact_real.py :: the exactness test as make test runs it, with its log; the header names the commit and machine
+# elsewhere: results/train_draft_s.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 96 --layers 2 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-s > results/train_draft_s.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23
+# elsewhere: results/train_draft_m.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 128 --layers 4 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-m > results/train_draft_m.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23
+# elsewhere: results/train_head_round1.log :: .venv/bin/python -m specviz.training.feature_head fit --minutes 30 --out assets/models/smollm2-head > results/train_head_round1.log 2>&1 :: head-v1's trainer (commit ee25f56); from scratch, shards 0-23
+# elsewhere: results/train_head_round2.log :: .venv/bin/python -m specviz.training.feature_head fit --minutes 38 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head > results/train_head_round2.log 2>&1 :: head-v1's trainer (commit ee25f56); shards 0-41
+# elsewhere: results/train_head.log :: .venv/bin/python -m specviz.training.feature_head fit --minutes 40 --lr 5e-4 --init assets/models/smollm2-head --out assets/models/smollm2-head > results/train_head.log 2>&1 :: head-v1's trainer (commit ee25f56); shards 0-81
+# elsewhere: results/train_head_v2.log :: .venv/bin/python -m specviz.training.feature_head fit --minutes 80 --taps 2 15 29 --steps-ahead 5 --autocast --init assets/models/smollm2-head-v1 --out assets/models/smollm2-head > results/train_head_v2.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-96
+# elsewhere: results/train_head_v3.log :: .venv/bin/python -m specviz.training.feature_head fit --minutes 90 --lr 2e-4 --seed 1 --taps 2 15 29 --steps-ahead 5 --autocast --init assets/models/smollm2-head --out assets/models/smollm2-head > results/train_head_v3.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-96
+# elsewhere: results/train_data_round3.log :: .venv/bin/python -m specviz.training.drafts data --prompts 10496 --batch 128 --seed 2 --dtype bfloat16 > results/train_data_round3.log 2>&1 :: shards 44-81
+# elsewhere: results/train_data_round4.log :: .venv/bin/python -m specviz.training.drafts data --prompts 12416 --batch 128 --seed 3 --dtype bfloat16 --self-instruct 0.25 --multi-turn 0.25 >> results/train_data_round4.log 2>&1 :: a step of scripts/train_drafts.sh; shards 82-96
+# elsewhere: results/cuda/2026-11-26-nvidia-h200.* :: bash scripts/gpu_check.sh :: a lent H200; commit 56ac821 + uncommitted changes; the failures' causes added by hand
+# elsewhere: results/cuda/2026-11-26-nvidia-h200-2.* :: bash scripts/gpu_check.sh --test-seconds 200 :: a second lent H200; commit 6ce5b50 + uncommitted changes; written as 2026-11-26-nvidia-h200.* and renamed by hand
+# elsewhere: results/cuda/speed_bf16.* :: python scripts/measure_cuda.py --out results/cuda/speed_bf16 --exact-prompts 0 :: a lent H100
+# elsewhere: results/cuda/speed_bf16_fp32_one_round.* :: python scripts/measure_cuda.py --out results/cuda/speed_bf16_fp32_one_round --dtypes bfloat16,float32 --repeats 1 --exact-prompts 0 :: a lent H100
+# elsewhere: results/cuda/exactness_bf16_partial.log :: python scripts/measure_cuda.py --prompts 0 --exact-prompts 8 --exact-tokens 64 :: its printed exactness rows, bfloat16; a lent H100, stopped at the machine's 10-minute limit (results/cuda/README.md)
+# elsewhere: results/cuda/pytest_cuda*.log :: SPECVIZ_TEST_DEVICE=cuda pytest tests/test_engine.py tests/test_lean.py tests/test_acceptance.py tests/test_chain.py tests/test_feature_head.py tests/test_policies.py :: a lent H100; pytest_cuda_rerun.log reran the files with failures after the tests' fixes
+# elsewhere: results/cuda/README.md :: written by hand :: what the lent H100's runs measured

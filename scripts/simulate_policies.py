@@ -1,25 +1,29 @@
 """Replay length policies on recorded draft match lengths, with a fitted cost model in place of the machine's timings.
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/simulate_policies.py record   # ~5 min: all suite prompts
-    PYTHONPATH=. .venv/bin/python scripts/simulate_policies.py replay                    # seconds
+    PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/simulate_policies.py record --out out/matches.json   # ~5 min
+    PYTHONPATH=. .venv/bin/python scripts/simulate_policies.py replay --matches out/matches.json \
+        --costs results/policies_eagle3.csv --out out/policy_sim.md                                          # seconds
 
 ``record``: for every prompt of the suites, the target's greedy answer (64 tokens) and, at each answer position t,
 how many of the feature head's next 10 greedy drafts (drafted as the engine does, from the target's states of
 the answer so far) match the answer, ``L[t]``, the head's top probability at each of them, and the acceptance the
 predictor (``assets/models/acceptance_predictor.json``) expects from the prompt. Greedy decoding is
 lossless, so every policy walks the same answer, and a step at position t with γ drafted tokens accepts min(γ, L[t]).
-Written to ``results/policy_sim_matches.json``.
+Written to ``--out`` as a JSON list, one object per prompt (the draft is the bundled ``head``).
 
-``replay``: runs the real policy classes of :mod:`specviz.methods.policies` over those match lengths, feeding them
-steps timed by a cost model fitted to ``results/policies.csv`` (per-step verify and draft milliseconds of the
-fixed-γ rows, plain steps from the AR row), and reports each policy's tokens per second relative to the best
-fixed γ, per prompt (median) and summed. The replay isolates the policy's decisions from the machine's timing
+``replay``: runs the real policy classes of :mod:`specviz.methods.policies` over the match lengths of ``--matches``
+(default ``results/policy_sim_matches.json``), feeding them steps timed by a cost model fitted to ``--costs`` (a
+``--configs policies`` benchmark CSV, default ``results/policies.csv``: per-step verify and draft milliseconds of the
+fixed-γ rows, plain steps from the AR row), and writes to ``--out`` a report of each policy's tokens per second
+relative to the best fixed γ, per prompt (median) and summed. The replay isolates the policy's decisions from the machine's timing
 noise; the benchmark remains the measurement.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -33,12 +37,13 @@ from specviz.core.registry import GAMMA_POLICIES
 from specviz.methods.policies import ConfidencePolicy, OnlinePolicy
 from specviz.runtime.config import DecodeConfig
 
-MATCHES = Path("results/policy_sim_matches.json")
+MATCHES, COSTS = Path("results/policy_sim_matches.json"), Path("results/policies.csv")
+"""The committed inputs ``replay`` reads by default."""
 DEPTH, NEW_TOKENS = 10, 64
 
 
 @torch.inference_mode()
-def record() -> None:
+def record(out: Path) -> None:
     from specviz.analysis.suites import load_suite
     from specviz.core.sampling import Sampler
     from specviz.methods.predictor import AcceptancePredictor
@@ -63,10 +68,11 @@ def record() -> None:
         rows.append({"id": item["id"], "category": item["category"], "answer": answer, "L": lengths, "top_q": confidences,
                      "predicted_acceptance": predictor.predict(drafter, run.prompt_ids)})
         print(item["id"], sum(lengths) / max(1, len(lengths)), file=sys.stderr, flush=True)
-    MATCHES.write_text(json.dumps(rows))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows))
 
 
-def cost_model(csv: Path = Path("results/policies.csv")) -> dict:
+def cost_model(csv: Path = COSTS) -> dict:
     """Per-step milliseconds from the fixed-γ rows: verify at each γ measured (with a least-squares line for longer
     verifies; a CPU's verify cost can jump where the matrix kernel changes), draft(γ) as a line, and a plain step."""
     d = pd.read_csv(csv)
@@ -114,7 +120,7 @@ def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int,
             accepted = min(gamma, lengths[pos])
         emitted = min(accepted + 1, len(answer) - pos)
         policy.observe(SimpleNamespace(draft_ids=[0] * gamma, accepted=accepted, draft_ms=draft, verify_ms=verify,
-                                       emitted_ids=[0] * emitted, total_ms=draft + verify, drafter="head"))
+                                       emitted_ids=[0] * emitted, total_ms=draft + verify, drafter="head", tree=None))
         pos, ms, steps = pos + emitted, ms + draft + verify, steps + 1
     return pos, ms, steps
 
@@ -137,8 +143,8 @@ def stopping(policy, threshold: float):
     return policy
 
 
-def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) -> None:
-    rows, cost = json.loads(MATCHES.read_text()), cost_model()
+def main_replay(out: Path, matches: Path = MATCHES, costs: Path = COSTS, noise: float = 0.03, command: str = "") -> None:
+    rows, cost = json.loads(matches.read_text()), cost_model(costs)
     start = DecodeConfig.gamma  # every adaptive policy starts where the CLI's would
     makers = {f"fixed γ={g}": (lambda row, g=g: GAMMA_POLICIES["fixed"](g)) for g in range(1, 9)}
     makers |= {name: (lambda row, name=name: GAMMA_POLICIES[name](start)) for name in ("fsm", "hf-heuristic", "online")}
@@ -168,7 +174,7 @@ def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) 
         return statistics.median(x / y for x, y in zip(a, b))
 
     lines = [f"# Length policies replayed on recorded match lengths (feature head, {len(rows)} prompts, {NEW_TOKENS} tokens)", "",
-             "`scripts/simulate_policies.py replay`; cost model (ms per step, fitted to `results/policies.csv`): "
+             f"`{command}`; match lengths from `{matches}`; cost model (ms per step, fitted to `{costs}`): "
              f"verify {', '.join(f'{v:.1f}' for v in cost['verify'].values())} at γ = {', '.join(map(str, cost['verify']))} "
              f"(longer: {cost['verify_line'][0]:.1f} + {cost['verify_line'][1]:.2f}·γ), "
              f"draft {cost['draft'][0]:.2f} + {cost['draft'][1]:.2f}"
@@ -188,9 +194,24 @@ def main_replay(noise: float = 0.03, out: Path = Path("results/policy_sim.md")) 
         group = [r for r in rows if r["category"] == category]
         measured = [sum(min(n, DEPTH) for n in r["L"]) / max(1, sum(min(n, DEPTH) + (n < DEPTH) for n in r["L"])) for r in group]
         lines.append(f"| {category} | {statistics.mean(r['predicted_acceptance'] for r in group):.2f} | {statistics.mean(measured):.2f} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
-    record() if sys.argv[1:] == ["record"] else main_replay()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record the head's match lengths on every suite prompt")
+    rec.add_argument("--out", type=Path, required=True, help="the matches file (JSON)")
+    rep = sub.add_parser("replay", help="replay the length policies on recorded match lengths")
+    rep.add_argument("--matches", type=Path, default=MATCHES, help=f"the matches file `record` wrote (default {MATCHES})")
+    rep.add_argument("--costs", type=Path, default=COSTS, help=f"a --configs policies benchmark CSV for the cost model (default {COSTS})")
+    rep.add_argument("--noise", type=float, default=0.03, help="relative jitter of the modelled step times (default 0.03)")
+    rep.add_argument("--out", type=Path, required=True, help="the report (Markdown)")
+    a = ap.parse_args()
+    if a.command == "record":
+        record(a.out)
+    else:
+        command = shlex.join(["PYTHONPATH=.", ".venv/bin/python", "scripts/simulate_policies.py", *sys.argv[1:]])
+        main_replay(a.out, a.matches, a.costs, a.noise, command=command)

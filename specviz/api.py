@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specviz.analysis.result import result_of
 from specviz.core.cache import LoadedModel
@@ -60,6 +60,16 @@ class Trace:
     models: dict = field(default_factory=dict)
     machine: str = ""
     baseline: Trace | None = field(repr=False, default=None)
+
+    JSON_KEYS: ClassVar[dict[str, str]] = {
+        "text": "the decoded continuation (special tokens skipped)",
+        "token_ids": "the emitted token ids",
+        "config": "every `DecodeConfig` field, as run",
+        "metrics": "the run's numbers (below)",
+        "steps": "one object per step (below)",
+        "theory": "the polybasic theory of the run (below); `null` when the drafter changed between steps (draft selection)",
+    }
+    """The keys of :meth:`to_json`, the CLI's ``--json`` object (the docs render this table)."""
 
     @property
     def speedup(self) -> float | None:

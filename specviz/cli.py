@@ -1,4 +1,4 @@
-"""Command line: ``python -m specviz generate|bench``. User mistakes print one line and exit 2."""
+"""Command line: ``python -m specviz generate|bench|judge|chain-advisor|fit-predictor``. User mistakes print one line and exit 2."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from specviz.bench.harness import CONFIG_SETS
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.core.policy import MAX_GAMMA
 from specviz.models.presets import OFFLINE_PRESET
-from specviz.runtime.config import DecodeConfig, option
+from specviz.runtime.config import APP_MAX_NEW_TOKENS, DecodeConfig, option
 from specviz.training import judge_cli
 
 
@@ -43,7 +43,8 @@ def add_decode_options(p: argparse.ArgumentParser) -> None:
             p.add_argument(option(name), type=_names, default=[], help=help + ", comma-separated")
         else:
             kind = {"int": int, "float": float}.get(types[name], str)
-            p.add_argument(option(name), type=kind, default=default, help=help + ("" if default is None else f"; default {default}"))
+            shown = s.default_text or default
+            p.add_argument(option(name), type=kind, default=default, help=help + ("" if shown is None else f"; default {shown}"))
 
 
 def config_from_args(a: argparse.Namespace) -> DecodeConfig:
@@ -55,27 +56,28 @@ def build_parser() -> Parser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser)
     g = sub.add_parser("generate", help="generate a continuation and report every step")
     src = g.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt")
-    src.add_argument("--prompt-file", type=Path)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument("--prompt-file", type=Path, help="a file holding the prompt")
     add_decode_options(g)
     g.add_argument("--json", action="store_true", help="print the full JSON result")
     g.add_argument("--trace-out", type=Path, help="save the run (with its AR baseline) as a trace file (load it in the app or Python)")
     g.add_argument("--html", type=Path, help="save the run (with its AR baseline) as one self-contained HTML page")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
-    b.add_argument("--suite", default="all", help="'all' or comma-separated categories")
+    b.add_argument("--suite", default="all", help="'all', comma-separated categories, or 'judge-eval' (the held-out judge questions)")
     b.add_argument("--configs", default="standard", help=f"benchmark set: {' | '.join(CONFIG_SETS)}")
     b.add_argument("--per-category", type=int, default=0, help="prompts per category (0 = all)")
-    b.add_argument("--max-new-tokens", type=int, default=96)
-    b.add_argument("--out", type=Path, default=Path("results/bench"))
+    b.add_argument("--max-new-tokens", type=int, default=96, help="tokens per run")
+    b.add_argument("--out", type=Path, default=Path("out/bench"),
+                   help="writes OUT.csv (a row per prompt and configuration) and OUT.md (summary tables)")
     b.add_argument("--only", type=_names, default=[], help="only these rows (comma-separated labels; the first is the reference)")
     b.add_argument("--repeats", type=int, default=1, help="interleaved rounds per prompt; each row keeps its fastest run")
     judge_cli.register(sub)
     c = sub.add_parser("chain-advisor", help="measure the preset's models, rank chains by Lemma 3.1, run the best")
-    c.add_argument("--preset", default=OFFLINE_PRESET)
-    c.add_argument("--prompts", type=int, default=3, help="prompts to measure on (one per category)")
-    c.add_argument("--gamma", type=int, default=DecodeConfig.gamma, help="draft length of every level")
-    c.add_argument("--max-new-tokens", type=int, default=48)
-    c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run")
+    c.add_argument("--preset", default=OFFLINE_PRESET, help="the preset whose target and drafts are measured")
+    c.add_argument("--prompts", type=int, default=3, help="prompts to measure on, one per category (1–6)")
+    c.add_argument("--gamma", type=int, default=DecodeConfig.gamma, help=f"draft length of every level (1–{MAX_GAMMA})")
+    c.add_argument("--max-new-tokens", type=int, default=48, help=f"tokens per run (1–{APP_MAX_NEW_TOKENS})")
+    c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run (≥ 1)")
     f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")
     f.add_argument("--prompts", type=int, default=0, help="warm-up prompts to fit on (round-robin over categories; 0: all 24)")
     return ap
@@ -144,8 +146,9 @@ def cmd_fit_predictor(a: argparse.Namespace) -> int:
 def cmd_chain_advisor(a: argparse.Namespace) -> int:
     from specviz.analysis.advisor import advise, format_rows
 
-    if not (1 <= a.prompts <= 6 and 1 <= a.gamma <= MAX_GAMMA and 1 <= a.max_new_tokens <= 512 and a.top >= 1):
-        raise ConfigError(f"chain-advisor needs 1 <= --prompts <= 6, 1 <= --gamma <= {MAX_GAMMA}, 1 <= --max-new-tokens <= 512, --top >= 1")
+    if not (1 <= a.prompts <= 6 and 1 <= a.gamma <= MAX_GAMMA and 1 <= a.max_new_tokens <= APP_MAX_NEW_TOKENS and a.top >= 1):
+        raise ConfigError(f"chain-advisor needs 1 <= --prompts <= 6, 1 <= --gamma <= {MAX_GAMMA}, "
+                          f"1 <= --max-new-tokens <= {APP_MAX_NEW_TOKENS}, --top >= 1")
     print(format_rows(advise(a.preset, a.prompts, a.gamma, a.max_new_tokens, a.top)))
     return 0
 

@@ -1,6 +1,14 @@
-"""The front door and the docs: the README stays short, no page narrates the project's history, every benchmark
-table matches the committed CSV it is rendered from, and every relative link points at a file that exists."""
+"""The front door and the docs: the README stays short, no page narrates the project's history, the generated parts
+(benchmark tables, reference sections) match their sources, and what generation cannot make is checked here: every
+flag, preset, ``specviz.*`` name, variable, script and results path a page names exists, every cited results file has
+the command that made it beside it, every file under results/ has a command in ``scripts/run_benchmarks.sh``, and no
+documented command writes a committed results file without naming it."""
 
+import argparse
+import ast
+import dataclasses
+import fnmatch
+import importlib
 import re
 import subprocess
 import sys
@@ -10,6 +18,46 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_steps  # noqa: E402
+import render_reference  # noqa: E402
+
+from specviz import cli  # noqa: E402
+from specviz.core.env import ENV  # noqa: E402
+from specviz.models.presets import PRESETS  # noqa: E402
+from specviz.runtime import config  # noqa: E402
+
+GENERATED = re.compile(r"<!-- (table|ref):([\w-]+) -->\n.*?<!-- /\1:\2 -->", re.S)
+COMMAND = re.compile(r"^(?:\.venv/bin/)?python|^make |^bash |^(?:[A-Z_]+=\S*\s+)+|^scripts/")
+RESULTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*") if p.is_file())
+
+
+def prose(page: Path) -> str:
+    """A page without its generated blocks (those are checked against their sources)."""
+    return GENERATED.sub("", page.read_text())
+
+
+def paragraphs(text: str) -> list[str]:
+    """Blocks between blank lines; a fenced code block is one block, blank lines and all."""
+    out, current, fenced = [], [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if current:
+                out.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    return out + (["\n".join(current)] if current else [])
+
+
+def commands(text: str) -> list[str]:
+    """Commands a text shows: inline code and lines of fenced blocks that start the way a command starts."""
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    lines = [line.strip() for block in re.findall(r"```\w*\n(.*?)```", text, re.S) for line in block.splitlines()]
+    return [c for c in spans + lines if COMMAND.search(c.strip())]
 
 
 def test_the_readme_is_at_most_200_lines():
@@ -18,13 +66,34 @@ def test_the_readme_is_at_most_200_lines():
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_no_page_narrates_history(page):
-    text = page.read_text()
-    assert not re.search(r"\bsessions? \d+|backed out|DESIGN\.md|\bissue #?\d+", text, re.I), page.name
+    text = prose(page)
+    assert not re.search(r"\bsessions? \d+|backed out|DESIGN\.md|\bissue #?\d+|\btoday'?s?\b|\bnow reads\b|\bbefore them\b|"
+                         r"\bhas changed since\b|\bused to\b|\bwas renamed\b", text, re.I), page.name
 
 
-def test_rendered_tables_match_the_committed_results():
-    result = subprocess.run([sys.executable, "scripts/render_tables.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+@pytest.mark.parametrize("script", ["render_tables.py", "render_reference.py"])
+def test_generated_sections_match_their_sources(script):
+    result = subprocess.run([sys.executable, f"scripts/{script}", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_new_decode_setting_fails_the_check_until_the_pages_are_regenerated(monkeypatch, tmp_path):
+    new = ("brand_new", int, config.setting(7, "a setting added by a test", low=0, high=9))
+    extended = dataclasses.make_dataclass("DecodeConfig", [new], bases=(config.DecodeConfig,))
+    monkeypatch.setattr(config, "DecodeConfig", extended)
+    monkeypatch.setattr(cli, "DecodeConfig", extended)
+    page = tmp_path / "app.md"
+    page.write_text((ROOT / "docs" / "app.md").read_text())
+    assert render_reference.main(["--check"], pages=[page]) == 1
+    assert render_reference.main([], pages=[page]) == 0
+    assert render_reference.main(["--check"], pages=[page]) == 0
+    assert "| `--brand-new` | `7` | 0–9 | a setting added by a test |" in page.read_text()
+
+
+def test_the_reference_refuses_an_undocumented_step_key(monkeypatch):
+    monkeypatch.setattr(render_reference.StepEvent, "KEYS", {k: v for k, v in render_reference.StepEvent.KEYS.items() if k != "tree"})
+    with pytest.raises(SystemExit, match="tree"):
+        render_reference.SECTIONS["json-step"]()
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -32,3 +101,171 @@ def test_relative_links_resolve(page):
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
     missing = [link for link in links if "://" not in link and not (page.parent / link).exists()]
     assert missing == [], page.name
+
+
+def parser_flags(parser: argparse.ArgumentParser) -> set[str]:
+    flags = set()
+    for action in parser._actions:
+        flags.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= parser_flags(sub)
+    return flags
+
+
+def known_flags() -> set[str]:
+    """The CLI's options, every option a script defines, and the few of other tools the pages show."""
+    scripts = {f for p in (ROOT / "scripts").glob("*") for f in re.findall(r"[\"'\s](--[a-z][\w-]*)", p.read_text())}
+    sources = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "specviz").rglob("*.py")]
+    modules = {f for p in sources for f in re.findall(r"\"(--[a-z][\w-]*)", p.read_text())}
+    others = {"--no-deps", "--no-build-isolation", "--index-url", "--upgrade", "--check", "--change", "--fix", "--help"}
+    return parser_flags(cli.build_parser()) | scripts | modules | others
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_flag_a_page_names_exists(page):
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", prose(page)))
+    assert sorted(named - known_flags()) == [], page.name
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_preset_a_page_names_exists(page):
+    text = prose(page)
+    named = re.findall(r"--preset[ =]([a-z][\w.-]*)|preset=[\"']([\w.-]+)|SPECVIZ_PRESET=([\w.-]+)|"
+                       r"`([a-z][\w.-]*)` preset|preset `([a-z][\w.-]*)`", text)
+    assert sorted({n for group in named for n in group if n} - set(PRESETS)) == [], page.name
+
+
+def resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for name in parts[cut:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_specviz_name_and_path_a_page_names_exists(page):
+    text = page.read_text()
+    names = {n.rstrip(".") for n in re.findall(r"(?<![\w/.-])specviz(?:\.[A-Za-z_]\w*)+", text)} - {"specviz.json"}  # a file name
+    paths = {p.rstrip(".") for p in re.findall(r"(?<![\w/])((?:specviz|scripts|tests|assets|examples)/[\w./-]*\w)", text)}
+    assert sorted(n for n in names if not resolves(n)) == [], page.name
+    assert sorted(p for p in paths if not (ROOT / p).exists() and not any(ROOT.glob(p + ".*"))) == [], page.name
+
+
+def variables_in_use() -> set[str]:
+    sources = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "scripts").glob("*")]
+    return set(ENV) | {v for p in sources for v in re.findall(r"SPECVIZ_[A-Z_]+", p.read_text())}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_variable_a_page_names_is_read(page):
+    named = set(re.findall(r"SPECVIZ_[A-Z_]+[A-Z]", page.read_text()))
+    assert sorted(named - variables_in_use()) == [], page.name
+
+
+def test_code_reads_the_environment_only_through_the_registry():
+    """Every variable specviz reads is in ``specviz.core.env.ENV`` (so the docs' table, rendered from it, is complete)."""
+    offenders = []
+    for path in [*(ROOT / "specviz").rglob("*.py"), ROOT / "app.py"]:
+        if path.name == "env.py":
+            continue
+        tree = ast.parse(path.read_text())
+        writes = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "setdefault"}
+        offenders += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv") and isinstance(n.value, ast.Name)
+                      and n.value.id == "os" and id(n) not in writes]
+    assert offenders == []
+
+
+def cited_results(text: str) -> list[str]:
+    """Committed files a text cites (``results/x.{csv,md}`` and globs expanded)."""
+    found = []
+    for ref in re.findall(r"results/[\w./{},*-]*[\w}*]", text):
+        for path in expand(ref):
+            found += [f for f in RESULTS if f == path or f.startswith(path + ".") or fnmatch.fnmatch(f, path)
+                      or f.startswith(path.rstrip("/") + "/")]
+    return sorted(set(found))
+
+
+def expand(ref: str) -> list[str]:
+    m = re.search(r"\{([^}]*)\}", ref)
+    return [ref] if not m else [p for alt in m[1].split(",") for p in expand(ref[:m.start()] + alt + ref[m.end():])]
+
+
+def written_by_a_command(ref: str, text: str) -> bool:
+    return bool(re.search(rf"(?:--out\s+|>>?\s*|tee\s+|LOG=){re.escape(ref)}", text))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_results_path_a_page_names_exists(page):
+    text = page.read_text()
+    missing = [ref for ref in set(re.findall(r"results/[\w./{},*-]*[\w}*]", text))
+               if not any(cited_results(p) for p in expand(ref)) and not written_by_a_command(ref, text)]
+    assert sorted(missing) == [], page.name
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_cited_results_file_has_its_command_beside_it(page):
+    """A paragraph citing a committed results file, or one next to it, shows a command (the one that made it)."""
+    blocks = paragraphs(page.read_text())
+    bare = []
+    for i, block in enumerate(blocks):
+        if cited_results(block) and not any(commands(b) for b in blocks[max(0, i - 1): i + 2]):
+            bare.append(block[:120])
+    assert bare == [], page.name
+
+
+def test_every_results_file_has_a_step_or_an_elsewhere_line():
+    steps, elsewhere = bench_steps.benchmark_steps()
+    assert [f for f in RESULTS if bench_steps.made_by(f, steps, elsewhere) is None] == []
+
+
+def test_the_steps_name_what_they_write():
+    steps, _ = bench_steps.benchmark_steps()
+    assert {"heads", "trees", "trees-all-prompts", "linear-kernels", "judge-eval", "ui-browser", "load-test"} <= set(steps)
+    assert all(bench_steps.outputs(c) for name, c in steps.items() if name != "predictor"), steps
+
+
+def writers() -> dict[str, str]:
+    """Scripts that write a results file: their name and whether their ``--out`` has a default."""
+    out = {}
+    for path in (ROOT / "scripts").glob("*.py"):
+        m = re.search(r"add_argument\(\s*\"--out\"([^)]*)\)", path.read_text())
+        if m:
+            out[f"scripts/{path.name}"] = m[1]
+    return out
+
+
+def test_no_writer_defaults_into_results():
+    """A bare command never overwrites a committed file: no ``--out`` defaults under results/ (gpu_check.py writes a new
+    dated file into results/cuda/)."""
+    defaults = {name: args for name, args in writers().items() if "default" in args and "results" in args}
+    assert list(defaults) == ["scripts/gpu_check.py"] or list(defaults) == []
+    for parser in [cli.build_parser()]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    for a in sub._actions:
+                        if "--out" in a.option_strings:
+                            assert not str(a.default or "").startswith("results"), a
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_documented_command_writes_a_committed_file_without_naming_it(page):
+    bad = []
+    for command in commands(prose(page)):
+        for script in writers():
+            if script in command and "gpu_check" not in script and "--out" not in command and "--help" not in command:
+                bad.append(command)
+        if re.search(r"specviz (?:bench|judge eval)\b", command) and "--out" not in command and "results/" in command:
+            bad.append(command)
+    assert bad == [], page.name

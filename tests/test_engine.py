@@ -58,6 +58,64 @@ def test_stop_token_ends_generation(tiny_target):
     assert out == full[: full.index(stop) + 1]
 
 
+class Pieces:
+    """A token's text without a tokenizer (for the token view's spans)."""
+
+    def piece(self, context, token):
+        return f"<{token}>"
+
+
+def a_stop_among_accepted_drafts(events) -> tuple[int, int]:
+    """A token the run first emitted as an accepted draft with accepted drafts after it, and its place in the output."""
+    seen: list[int] = []
+    for e in events:
+        for k, token in enumerate(e.emitted_ids):
+            if token not in seen and k < e.accepted - 1:
+                return token, len(seen)
+            seen.append(token)
+    raise AssertionError("no step emitted a new token among its accepted drafts")
+
+
+def ends_at_the_output(e) -> bool:
+    """A chain step's record holds nothing accepted past its output: its accepted count, reasons and verify records end
+    where its emitted tokens do."""
+    return (e.accepted <= len(e.emitted_ids) and e.emitted_ids[: e.accepted] == e.draft_ids[: e.accepted]
+            and set(e.accept_reasons[e.accepted:]) <= {"rejected", "unchecked"} and len(e.verify) <= len(e.emitted_ids)
+            and all(v.accepted == (i < e.accepted) for i, v in enumerate(e.verify)))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9], ids=["greedy", "sampled"])
+def test_a_stop_token_among_accepted_drafts_ends_the_steps_record(tiny_target, temperature):
+    from specviz.core.record import StepEvent
+    from specviz.viz.teach import microscope_html, narrate
+    from specviz.viz.trace import step_spans
+
+    def steps(stop_ids=()):  # the target drafting for itself: its drafts are accepted
+        return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
+                           policy=LengthPolicy(4), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids))
+
+    full = steps()
+    stop, at = a_stop_among_accepted_drafts(full)
+    events = steps([stop])
+    out = [t for e in events for t in e.emitted_ids]
+    assert out == [t for e in full for t in e.emitted_ids][: at + 1] and out[-1] == stop
+    last = events[-1]
+    assert last.accepted == len(last.emitted_ids) == len(last.verify) < len(last.draft_ids)
+    assert last.accept_reasons[last.accepted:] == ["unchecked"] * (len(last.draft_ids) - last.accepted)
+    assert all(ends_at_the_output(e) for e in events)
+    metrics = summarize(events)
+    assert metrics["accepted"] == sum(e.accepted for e in events) <= metrics["new_tokens"] - len(events) + 1
+    assert all(StepEvent.from_dict(e.to_dict()) == e for e in events)
+    context = list(PROMPTS[0])
+    for e in (x.to_dict() for x in events):  # the views end at the stop token too
+        spans = step_spans(e, context, Pieces())
+        assert [s.token_id for s in spans if s.kind not in ("rejected", "unchecked")] == e["emitted_ids"]
+        context += e["emitted_ids"]
+    words, page = narrate(last.to_dict(), {}), microscope_html(last.to_dict(), {})
+    assert "is a stop token: the output ends there" in words and "after the stop token" in words and "target then emitted" not in words
+    assert page.count('class="sv-mic-pos sv-mic-ok"') == last.accepted and "sv-mic-no" not in page
+
+
 def test_caches_roll_back_to_committed_prefix(tiny_target, tiny_draft):
     target, draft = CachedModel(tiny_target), CachedModel(tiny_draft)
     tokens = list(PROMPTS[0])

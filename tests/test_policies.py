@@ -9,18 +9,8 @@ from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.formulas import expected_tokens
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.policies import (
-    ConfidencePolicy,
-    FSMPolicy,
-    HFHeuristicPolicy,
-    History,
-    OnlinePolicy,
-    ProbeSchedule,
-    StepRecord,
-    VerifyCost,
-    make_policy,
-    predicted_rates,
-)
+from specviz.methods.estimation import History, ProbeSchedule, StepRecord, VerifyCost, predicted_rates
+from specviz.methods.policies import ConfidencePolicy, FSMPolicy, HFHeuristicPolicy, OnlinePolicy, make_policy
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
 from tests.test_engine import PROMPTS, reference

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
-from specviz.methods.feature_head import ForwardTimer
 from specviz.methods.predictor import FEATURES, AcceptancePredictor, draft_log_perplexity, prompt_features, repeat_fraction
+from specviz.methods.state_drafter import ForwardTimer
 from specviz.models.backends import cached_model
 from specviz.training.predictor_fit import fit_weights
 

@@ -23,7 +23,7 @@ from .conftest import chi_square_p, seeded
 from .test_acceptance import exact_two_token_joint, normalised
 from .test_eagle3 import HEADS as EAGLE3_HEADS
 from .test_eagle3 import drafter_for, heads, target_models, targets  # noqa: F401  (fixtures)
-from .test_engine import PROMPTS, reference
+from .test_engine import PROMPTS, Pieces, a_stop_among_accepted_drafts, reference
 from .test_feature_head import random_head
 
 REPEATS = [1, 2, 3, 1, 2, 4, 1, 2, 5, 7, 1, 2, 3, 9, 1, 2]  # the suffix [1, 2] was followed by 3, 4 and 5
@@ -279,6 +279,8 @@ def test_published_eagle3_head_trees_match_generate(target_models, heads, name, 
     ({"chain": ["draft-s", "draft-m"]}, "one draft"),
     ({"gamma_policy": "fsm"}, "fixed or chosen by --gamma-policy online"),
     ({"method": "ar"}, "one draft"),
+    ({"gamma": 5}, "--gamma has no effect with --tree-nodes: the node budget is --tree-nodes"),
+    ({"gamma": 5, "gamma_policy": "online"}, "--gamma has no effect with --tree-nodes"),
 ])
 def test_tree_settings_refuse_what_trees_do_not_support(settings, message):
     from specviz.core.errors import ConfigError
@@ -286,6 +288,15 @@ def test_tree_settings_refuse_what_trees_do_not_support(settings, message):
 
     with pytest.raises(ConfigError, match=message):
         DecodeConfig(tree_nodes=4, **settings).validate()
+
+
+def test_a_tree_validates_with_gamma_at_its_default():
+    """A form sends γ with every run: at its default it is no conflict, with either policy that budgets trees."""
+    from specviz.runtime.config import DecodeConfig
+
+    for policy in ("fixed", "online"):
+        config = DecodeConfig.from_values({"tree_nodes": "6", "gamma": DecodeConfig.gamma, "gamma_policy": policy})
+        assert (config.tree_nodes, config.gamma) == (6, DecodeConfig.gamma)
 
 
 @pytest.mark.parametrize("sampler", [None, Sampler(0.9, seed=4)], ids=["greedy", "sampled"])
@@ -311,14 +322,38 @@ def test_views_draw_each_steps_tree_and_open_the_microscope_on_any_node(tiny_tar
             else:
                 assert f"u = {node['u']:.3f}" in text and ("u &lt; p/q" in text) == node["accepted"]
         assert "tree of" in words and ("won" in words or "No root child passed" in words)
+        assert page.count('<input type="checkbox" class="sv-enc-toggle">') == 1  # q or p on the dots, by CSS alone
+        drawn = len(nodes) + (len(e["emitted_ids"]) > len(path))  # and the target's own token after the path
+        assert page.count('class="sv-dot sv-enc-q') == len(nodes) and page.count('class="sv-dot sv-enc-p') == drawn
+        assert page.count("sv-dot-none") == sum(n["p"] is None for n in nodes)
+
+
+@pytest.mark.parametrize("nodes", [8, 32, 64])
+def test_a_tree_is_drawn_depth_left_to_right_with_siblings_stacked_inside_its_drawing(tiny_target, nodes):
+    from specviz.viz.teach import BOX_H, BOX_W, LABEL_CHARS, layout, tree_svg
+
+    events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_target)), nodes, n=12, sampler=Sampler(1.0, seed=1))
+    for e in (x.to_dict() for x in events if x.draft_ids):
+        parents = e["tree"]["parents"]
+        places = layout(parents)
+        assert all(places[i][0] == d for i, d in enumerate(depths(parents)))
+        leaves = [i for i in range(len(parents)) if i not in parents]
+        assert sorted(places[i][1] for i in leaves) == list(range(len(leaves)))  # leaves on consecutive rows
+        for i in [-1, *range(len(parents))]:  # every other node level with the middle of its subtree's rows
+            rows = [places[j][1] for j in leaves if j == i or i == -1 or i in ancestors(parents, j)]
+            assert places[i][1] == (min(rows) + max(rows)) / 2
+        pieces = {t: "a long token text" for t in e["draft_ids"] + e["emitted_ids"]}
+        svg = tree_svg(e, pieces)
+        width, height = map(float, re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups())
+        boxes = [tuple(map(float, b)) for b in re.findall(r'<rect x="([\d.]+)" y="([\d.]+)"', svg)]
+        assert len(boxes) == len(parents) + 2 and all(x + BOX_W <= width and y + BOX_H <= height for x, y in boxes)
+        labels = re.findall(r"<text [^>]*>([^<]*)</text>", svg)
+        assert all(len(label.removeprefix("✓ ").removeprefix("✗ ").removeprefix("+ ")) <= LABEL_CHARS for label in labels)
+        assert svg.count("a␣long␣token␣text") == len(parents) + 1  # the full text: in each node's tooltip
 
 
 def test_the_token_view_reads_a_tree_step_as_its_accepted_path(tiny_target, tiny_draft):
     from specviz.viz.trace import step_spans
-
-    class Pieces:
-        def piece(self, context, token):
-            return f"<{token}>"
 
     events, context = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12), list(PROMPTS[0])
     for e in events:
@@ -326,6 +361,49 @@ def test_the_token_view_reads_a_tree_step_as_its_accepted_path(tiny_target, tiny
         kept = [s for s in spans if s.kind not in ("rejected", "unchecked")]
         assert [s.token_id for s in kept] == e.emitted_ids
         context += e.emitted_ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9], ids=["greedy", "sampled"])
+def test_a_stop_token_on_the_accepted_path_ends_the_steps_tree(tiny_target, temperature):
+    from specviz.core.metrics import summarize
+    from specviz.core.record import StepEvent
+    from specviz.viz.teach import microscope_html, narrate
+    from specviz.viz.trace import step_spans
+
+    def steps(stop_ids=()):  # the target drafting for itself: its trees have long accepted paths
+        return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
+                           policy=LengthPolicy(8), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids,
+                           tree=TreeShape(8, 2, "dynamic", 8)))
+
+    full = steps()
+    stop, at = a_stop_among_accepted_drafts(full)
+    events = steps([stop])
+    assert emitted(events) == emitted(full)[: at + 1] and emitted(events)[-1] == stop
+    for e in events:
+        if e.draft_ids:
+            check_tree(e, 8)  # the accepted path is the emitted tokens' (or all but the target's own last one)
+    last, tree = events[-1], events[-1].tree
+    assert len(tree.accepted_path) == last.accepted == len(last.emitted_ids)
+    below = [i for i, node in enumerate(tree.nodes) if tree.accepted_path[-1] in ancestors(tree.parents, i)]
+    assert below and all((tree.nodes[i].p, tree.nodes[i].u, tree.nodes[i].accepted) == (None, None, None) for i in below)
+    assert [last.accept_reasons[i] for i in below] == ["unchecked"] * len(below)
+    metrics = summarize(events)
+    assert metrics["accepted"] <= metrics["new_tokens"] - len(events) + 1
+    assert all(StepEvent.from_dict(e.to_dict()) == e for e in events)
+    words, page = narrate(last.to_dict(), {}), microscope_html(last.to_dict(), {})
+    assert "is a stop token: the output ends there" in words and "then added" not in words
+    assert page.count('class="sv-node sv-path"') == last.accepted and "sv-added" not in page
+    assert page.count("the output ended at the stop token") == len(below)  # the cards of the nodes below it say why
+    spans = step_spans(last.to_dict(), [], Pieces())
+    assert [s.token_id for s in spans] == last.emitted_ids and {s.kind for s in spans} == {"accepted"}
+
+
+def ancestors(parents: list[int], i: int) -> list[int]:
+    up, out = parents[i], []
+    while up >= 0:
+        out.append(up)
+        up = parents[up]
+    return out
 
 
 def test_the_online_policy_chooses_each_steps_budget(tiny_target):

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specviz.core.cache import CachedModel, Forward, TreeRows
+from specviz.core.cache import CachedModel, Forward
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Stopwatch
-from specviz.core.tree import Expander, TreeShape, ancestry, depths, grow_tree
+from specviz.core.tree import Expander, TreeShape, grow_tree
 
 StopRule = Callable[[torch.Tensor], bool]
 """Called with the draft's distribution for the next token; True stops drafting before that token."""
@@ -195,33 +195,6 @@ class NGramDrafter(Drafter):
             return torch.stack([next_token_counts(tokens + path_to(ids, parents, node), vocab, self.max_ngram, self.min_ngram)
                                 for node in new or [-1]])
         return expand
-
-
-def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[torch.Tensor, list[int], int, TreeRows], torch.Tensor],
-                   logits: Callable[[torch.Tensor], torch.Tensor], vocab: int, sampler: Sampler) -> Expander:
-    """The expander of a drafter that drafts from states (a feature head, EAGLE-3): a node reads its parent's output
-    (a root child: ``root``, the output at the last of the ``committed`` positions) and its own token, fed by ``run(states,
-    ids, start slot, rows)`` after the committed positions at position committed − 1 + its depth, attending to them and to
-    its ancestors; ``logits`` turns outputs into the draft's logits. No root (a one-token prompt): no node."""
-    outs: list[torch.Tensor] = []
-    fed_parents: list[int] = []
-    slot: dict[int, int] = {}  # tree node → its row among the fed ones
-
-    @torch.inference_mode()
-    def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
-        if not new:
-            return sampler.probs(logits(root)) if root is not None else torch.zeros(1, vocab)
-        states = torch.cat([outs[slot[parents[m]]] if parents[m] >= 0 else root for m in new])
-        for m in new:
-            slot[m] = len(fed_parents)
-            fed_parents.append(slot[parents[m]] if parents[m] >= 0 else -1)
-        k = len(new)
-        visible = torch.cat([torch.ones(k, committed, dtype=torch.bool), ancestry(fed_parents)[-k:]], 1)
-        out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k,
-                  TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible))
-        outs.extend(out.split(1))
-        return sampler.probs(logits(out))
-    return expand
 
 
 def path_to(ids: list[int], parents: list[int], node: int) -> list[int]:

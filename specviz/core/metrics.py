@@ -6,6 +6,24 @@ from collections.abc import Sequence
 
 from specviz.core.tree import depths
 
+METRICS = {
+    "new_tokens": "tokens emitted",
+    "wall_s": "seconds from the start of the run (prefill included) to its last step",
+    "tokens_per_s": "new_tokens ÷ wall_s",
+    "target_forwards": "steps: one target forward each",
+    "mean_accept_len": "emitted tokens per target forward",
+    "accept_rate": "accepted ÷ drafted",
+    "drafted": "draft tokens proposed",
+    "accepted": "draft tokens kept",
+    "per_position_accept": "P(position i accepted | drafted), i = 1 … the longest draft (a tree: by depth)",
+    "draft_ms": "total time drafting",
+    "verify_ms": "total time verifying",
+    "overhead_ms": "total time in the rest of the steps",
+    "prefill_ms": "time before the first step",
+    "engine_overhead_frac": "the share of step time outside model forwards",
+}
+"""The keys of :func:`summarize`, with what each holds."""
+
 
 def summarize(events: Sequence) -> dict:
     """new tokens, wall time, tokens/s, target forwards, mean accepted length, acceptance rate,

@@ -9,11 +9,12 @@ after the step's last timing mark, so they never count as the step's time.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import ClassVar
 
 import torch
 
-from specviz.core.acceptance import REJECTED, Kept, Verdict, one_hot_rows
+from specviz.core.acceptance import REJECTED, UNCHECKED, Kept, Verdict, one_hot_rows
 from specviz.core.drafters import Draft, LevelRecord
 from specviz.core.timing import Mark, Stopwatch
 from specviz.core.tree import NodeRecord, TreeShape
@@ -43,6 +44,24 @@ class VerifyRecord:
     argmax: int | None = None
     residual_top: dict | None = None
 
+    KEYS: ClassVar[dict[str, str]] = {
+        "token": "the drafted token id",
+        "p": "the target's probability of it, after the sampling transform (temperature, top-p; greedy: the plain softmax)",
+        "q": "the draft's probability of it, likewise",
+        "accept_prob": "min(1, p/q) when sampling; 1 or 0 when greedy (the draft is, or is not, the target's argmax)",
+        "u": "the uniform draw the exact test used (u·q < p accepts); `null` when greedy",
+        "accepted": "the verdict",
+        "reason": "why: `exact`, `judge`, `lenient`, `topk` or `rejected`",
+        "p_top": "the 10 likeliest tokens of p, as [token, probability] pairs",
+        "q_top": "the same for q (pairs with probability 0 left out)",
+        "score": "the judge head's score (judge rule only)",
+        "threshold": "the judge's δ (judge rule only)",
+        "argmax": "at a greedy rejection: the target's argmax, which is emitted",
+        "residual_top": "at a sampled rejection: `top`, the 10 likeliest tokens of the residual max(0, p − q) normalised, "
+                        "and `emitted`, the token drawn from it",
+    }
+    """What each JSON key holds (the docs render this table)."""
+
     def to_dict(self) -> dict:
         """As JSON; the judge's and the rejection's fields only where they apply."""
         optional = ("score", "threshold", "argmax", "residual_top")
@@ -59,6 +78,16 @@ class TreeRecord:
     parents: list[int]
     accepted_path: list[int]
     nodes: list[NodeRecord]
+
+    KEYS: ClassVar[dict[str, str]] = {
+        "kind": "`dynamic` or `static`",
+        "branch": "children of each expanded node (static: the number of branches)",
+        "parents": "each node's parent node index (−1: a child of the root, the last emitted token)",
+        "accepted_path": "the accepted nodes' indices, root down",
+        "nodes": "one object per node: `token`, `parent`, `depth` (1 below the root), `p` and `q` of its token at the "
+                 "stage it was checked, `u` (`null` when greedy or never checked), `accepted` (`null`: never checked)",
+    }
+    """What each JSON key holds (the docs render this table)."""
 
 
 @dataclass
@@ -86,6 +115,32 @@ class StepEvent:
     levels: list[LevelRecord] = field(default_factory=list)
     verify: list[VerifyRecord] = field(default_factory=list)
     tree: TreeRecord | None = None
+
+    KEYS: ClassVar[dict[str, str]] = {
+        "step": "1-based step number",
+        "drafter": "the drafter's name, or `target` for a plain step",
+        "gamma": "tokens drafted this step (a tree: its node budget)",
+        "draft_ids": "the drafted token ids (a tree: its nodes, in the order `tree.parents` indexes)",
+        "draft_q": "the draft's probability of each drafted token",
+        "draft_p": "the target's probability of each drafted token",
+        "accepted": "drafted tokens kept",
+        "emitted_ids": "tokens this step emitted: the kept drafts and the target's own token",
+        "emitted_p": "the target's probability of each emitted token",
+        "accept_reasons": "why each kept token was kept: `exact`, `judge`, `lenient` or `topk`",
+        "judge_scores": "the judge head's score of each checked draft (`null` unless `--accept judge`)",
+        "draft_ms": "time drafting",
+        "verify_ms": "time in the target's verify forward and the acceptance test",
+        "overhead_ms": "the rest of the step (bookkeeping, rollback, policy)",
+        "total_ms": "the whole step",
+        "forward_ms": "time inside model forwards",
+        "elapsed_ms": "time from the start of the run to the end of this step",
+        "policy": "the γ policy's and the draft selector's reasons for this step's choice",
+        "extra": "`levels`: per level of a polybasic chain, its `name`, `role` (`verify` / `draft`), `passes`, `ms`, "
+                 "`verifications` and `blocks`; `{}` for a plain target step",
+        "verify": "a chain's verified positions, one object each (below); empty for a tree step",
+        "tree": "a tree step's token tree (below); absent from a chain's step",
+    }
+    """What each JSON key holds (the docs render this table)."""
 
     def to_dict(self) -> dict:
         """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a chain's step has no
@@ -122,9 +177,11 @@ class Recorder:
     def step(self, step: int, draft: Draft, gamma: int, p: torch.Tensor, kept: Kept, emitted: list[int],
              marks: tuple[Mark, Mark, Mark, Mark], forward_s: float, policy: dict | None, shape: TreeShape | None) -> StepEvent:
         """The StepEvent of a step that drafted ``draft`` (γ or node budget ``gamma``), scored it to ``p``, kept
-        ``kept`` and emitted ``emitted``; ``marks``: its start, drafted, verified and done."""
+        ``kept`` and emitted ``emitted``; ``marks``: its start, drafted, verified and done. The record ends where the
+        output does: at a stop token among the accepted drafts (:func:`cut_at_stop`)."""
         t0, t1, t2, t3 = marks
         seconds = [self.watch.seconds(a, b) for a, b in ((t0, t1), (t1, t2), (t2, t3), (t0, t3))]
+        kept = cut_at_stop(kept, draft, len(emitted))
         verdict, full = kept.verdict, self.full
         rows = [kept.rows[i] for i in kept.path] + [kept.next_row]
         tree = None
@@ -137,17 +194,38 @@ class Recorder:
             emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=verdict.reasons,
             judge_scores=verdict.judge_scores, draft_ms=draft_ms, verify_ms=verify_ms, overhead_ms=overhead_ms,
             total_ms=total_ms, forward_ms=1e3 * forward_s, elapsed_ms=1e3 * self.watch.seconds(self.start, t3), policy=policy,
-            levels=draft.levels, verify=verify_records(draft, verdict) if full and kept.tree is None else [], tree=tree)
+            levels=draft.levels, verify=verify_records(draft, verdict, len(emitted)) if full and kept.tree is None else [],
+            tree=tree)
 
 
-def verify_records(draft: Draft, verdict: Verdict) -> list[VerifyRecord]:
-    """One :class:`VerifyRecord` per verified position of a chain, from what its decision read. Reading these changes
-    nothing the rule decided."""
+def cut_at_stop(kept: Kept, draft: Draft, emitted: int) -> Kept:
+    """What verification kept, as far as the output goes. A step that emitted no more tokens than its accepted drafts
+    ended at a stop token among them: its accepted drafts end there, and the drafts below the stop (a chain's later
+    positions, a tree's stop node's subtree) read as never checked. Any other step is kept as it is."""
+    if emitted > len(kept.path):
+        return kept
+    path, verdict = kept.path[:emitted], kept.verdict
+    parents = draft.parents if draft.parents is not None else list(range(-1, len(draft.ids) - 1))
+    below: set[int] = set()
+    for i, parent in enumerate(parents):  # parents come before their children
+        if parent == path[-1] or parent in below:
+            below.add(i)
+    reasons = [UNCHECKED if i in below else why for i, why in enumerate(verdict.reasons)]
+    tree = None
+    if kept.tree is not None:
+        nodes = [replace(n, p=None, u=None, accepted=None) if i in below else n for i, n in enumerate(kept.tree.nodes)]
+        tree = replace(kept.tree, path=path, nodes=nodes)
+    return replace(kept, path=path, verdict=replace(verdict, accepted=emitted, reasons=reasons), tree=tree)
+
+
+def verify_records(draft: Draft, verdict: Verdict, emitted: int) -> list[VerifyRecord]:
+    """One :class:`VerifyRecord` per verified position of a chain that emitted ``emitted`` tokens (none past a stop
+    token), from what its decision read. Reading these changes nothing the rule decided."""
     ev = verdict.evidence
     if ev is None:
         return []
     c, n = ev.checked, verdict.accepted
-    m = min(n + 1, len(draft.ids))
+    m = min(emitted, len(draft.ids))
     rows = torch.arange(m, device=c.ids.device)
     q = c.q if c.q is not None else (draft.q.to(c.p.device) if draft.q is not None
                                       else one_hot_rows(draft.ids, c.p.shape[-1], c.p.device))
@@ -165,7 +243,7 @@ def verify_records(draft: Draft, verdict: Verdict) -> list[VerifyRecord]:
             u=u[i], accepted=i < n, reason=verdict.reasons[i] if i < n else REJECTED, p_top=p_top[i],
             q_top=[pair for pair in q_top[i] if pair[1] > 0], score=None if scores is None else scores[i],
             threshold=None if scores is None else ev.threshold))
-    if n < len(draft.ids):
+    if n < m:
         if ev.corrected is None:
             out[n].argmax = verdict.next_token
         else:

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from specviz.core.cache import CachedModel, TreeRows
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import DRAFTERS
-from specviz.methods.feature_head import StateDrafter
-from specviz.models.backends.lean import rms_norm, rotate
+from specviz.methods.state_drafter import StateDrafter
+from specviz.models.backends.lean import grown, on_vocab, rms_norm, rotate
 
 LAYER_KEYS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
               "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
@@ -134,13 +134,8 @@ class HeadCache:
 
     def write(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k``, ``v`` (kv heads, t, head dim) at positions start..; the keys and values of positions 0..start+t−1."""
-        end, have = start + k.shape[1], 0 if self.k is None else self.k.shape[1]
-        if end > have:
-            shape = (k.shape[0], max(end, 2 * have, 256), k.shape[2])
-            grown_k, grown_v = k.new_zeros(shape), v.new_zeros(shape)
-            if have:
-                grown_k[:, :have], grown_v[:, :have] = self.k, self.v
-            self.k, self.v = grown_k, grown_v
+        end = start + k.shape[1]
+        self.k, self.v = grown(self.k, end, k, 1), grown(self.v, end, v, 1)
         self.k[:, start:end], self.v[:, start:end] = k, v
         return self.k[:, :end], self.v[:, :end]
 
@@ -218,7 +213,7 @@ class Eagle3Head:
         """Logits over the target's ``vocab_size`` ids from pre-norm outputs h (t, H): the draft vocabulary's scores
         at their target ids, −inf elsewhere."""
         scores = F.linear(rms_norm(h, self.w["norm.weight"], self.eps), self.w["lm_head.weight"]).float()
-        return scores.new_full((h.shape[0], vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)
+        return on_vocab(scores, self.vocab_ids, vocab_size)
 
 
 def load_eagle3(source: str | Path, target: torch.nn.Module) -> Eagle3Head:
@@ -249,13 +244,12 @@ class Eagle3Drafter(StateDrafter):
         return read_spec(head_dir(source)).taps(n_layers)
 
     @classmethod
-    def preload(cls, source: object, bank, target) -> None:
-        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
-        bank.eagle3(str(source), target)
+    def load(cls, source: str, bank, target) -> Eagle3Head:
+        return bank.eagle3(source, target)
 
     @classmethod
-    def from_source(cls, name: str, source: object, context) -> Eagle3Drafter:
-        return cls(context.bank.eagle3(str(source), context.target_lm), context.target, name)
+    def from_head(cls, name: str, loaded: Eagle3Head, context) -> Eagle3Drafter:
+        return cls(loaded, context.target, name)
 
     def __init__(self, head: Eagle3Head, target: CachedModel, name: str = "eagle3"):
         if not set(head.taps) <= set(target.taps):

@@ -20,17 +20,14 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specviz.core.cache import CachedModel, Forward, TreeRows
-from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule, state_expander
+from specviz.core.cache import CachedModel, TreeRows
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.hidden import final_norm
 from specviz.core.registry import DRAFTERS
-from specviz.core.sampling import Sampler
-from specviz.core.timing import ForwardTimes, Timed
-from specviz.core.tree import Expander
+from specviz.methods.state_drafter import StateDrafter
 from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
 from specviz.models.backends.graphs import Capture, cuda_capture
-from specviz.models.backends.lean import LeanStack, built_once, lean_layers, rms_norm, vocab_head
+from specviz.models.backends.lean import LeanStack, built_once, lean_layers, on_vocab, rms_norm, vocab_head
 from specviz.models.loading import DRAFT_VOCAB_FILE, read_draft_vocab
 
 HEAD_KIND = "feature-head"
@@ -146,103 +143,6 @@ def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | No
     return head.eval().to(device=target_model.device, dtype=dtype or head_dtype(target_model)), read_draft_vocab(path)
 
 
-class ForwardTimer(Timed):
-    """Forward count and seconds of a drafter that is not a CachedModel (the engine sums ``forward_s``)."""
-
-    def __init__(self, name: str, device: torch.device):
-        self.name, self.times = name, ForwardTimes(device)
-
-
-class StateDrafter(Drafter):
-    """A drafter that drafts from the target's states (the feature head, published EAGLE-3 heads): :meth:`observe` keeps
-    the state of every position each target forward returns; a proposal first feeds the head every committed position
-    it has not read with those true states, then drafts from the head's own outputs. The head's KV cache therefore
-    holds the target's states at committed positions: whatever drafts of a rejected branch wrote there is overwritten
-    at the next proposal, so rejected drafts need no bookkeeping. A subclass gives :meth:`_state`, :meth:`_forward` and
-    :meth:`_logits`."""
-
-    reads_features = True
-
-    def __init__(self, name: str, target: CachedModel):
-        self.name, self.target, self.timer = name, target, ForwardTimer(name, target.lm.device)
-        self.models = [self.timer]
-        self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i together with the target's state s[i]
-        self.features: torch.Tensor | None = None  # s[i] at row i, for the positions 0..self.known - 1
-        self.known = 0
-
-    def _state(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
-        """The head's input state s (fed, hidden) from the target's tapped layer outputs."""
-        raise NotImplementedError
-
-    def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
-        """The head's outputs (t, hidden) after each of ``next_ids``, read with ``states`` at slots ``start``.. (in a
-        token tree where ``rows`` says so)."""
-        raise NotImplementedError
-
-    def _logits(self, state: torch.Tensor) -> torch.Tensor:
-        """The draft's logits (rows, target vocab) from the head's outputs, −inf outside its draft vocabulary."""
-        raise NotImplementedError
-
-    def observe(self, target: Forward) -> None:
-        """Keep the target's states of the positions it fed (it rolled back to ``target.start`` first)."""
-        f = self._state(target.layers)
-        end, have = target.start + f.shape[0], 0 if self.features is None else self.features.shape[0]
-        if end > have:
-            grown = f.new_zeros((max(end, 2 * have, 256), f.shape[1]))
-            if have:
-                grown[:have] = self.features
-            self.features = grown
-        self.features[target.start:end] = f
-        self.known = end
-
-    def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
-        t0 = self.timer.times.start()
-        out = self._forward(states, next_ids, start, rows)
-        self.timer.times.stop(t0)  # timed like every other model's forward
-        return out
-
-    def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
-        """Feed positions up to ``upto`` (exclusive) with the target's states; the last output, if any was fed."""
-        if upto <= 0:
-            return None
-        if self.known < upto:
-            raise RuntimeError(f"the {self.name} head drafts after the target has run on the committed tokens")
-        valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
-        valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
-        self.fed = tokens[1:upto + 1]
-        return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
-
-    @torch.inference_mode()
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        watch = self.timer.times.watch
-        start, n = watch.mark(), len(tokens) - 1
-        forwards, ids, qs = self.timer.forwards, [], []
-        state = self._catch_up(tokens, n) if gamma > 0 else None
-        while state is not None and len(ids) < gamma:
-            logits = self._logits(state)[0]
-            q = sampler.probs(logits)
-            if stop is not None and stop(q):
-                break
-            ids.append(int(sampler.pick(logits, q)))
-            qs.append(q)
-            if len(ids) < gamma:
-                state = self._run(state, ids[-1:], n + len(ids) - 1)
-        work = LevelRecord(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(ids, torch.stack(qs) if qs else None, self.name, [work])
-
-    @torch.inference_mode()
-    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
-        n = len(tokens) - 1
-        return state_expander(self._catch_up(tokens, n), n, self._run, self._logits, self.target.vocab_size, sampler)
-
-    @torch.inference_mode()
-    def prefill(self, tokens: list[int]) -> None:
-        self._catch_up(tokens, len(tokens) - 2)
-
-    def can_draft(self, tokens: list[int]) -> bool:
-        return len(tokens) >= 2
-
-
 @DRAFTERS.register("An EAGLE-style head drafting from the target's own hidden states.", ("full_draft_vocab",), name=HEAD_KIND)
 class FeatureDrafter(StateDrafter):
     """Drafts with a :class:`FeatureHead` over the target's states: the target is built with the head's ``taps``,
@@ -257,13 +157,12 @@ class FeatureDrafter(StateDrafter):
         return head_taps(Path(source), n_layers)
 
     @classmethod
-    def preload(cls, source: object, bank, target) -> None:
-        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
-        bank.head(str(source), target)
+    def load(cls, source: str, bank, target) -> tuple[FeatureHead, list[int] | None]:
+        return bank.head(source, target)
 
     @classmethod
-    def from_source(cls, name: str, source: object, context) -> FeatureDrafter:
-        head, draft_vocab = context.head(str(source))
+    def from_head(cls, name: str, loaded: tuple[FeatureHead, list[int] | None], context) -> FeatureDrafter:
+        head, draft_vocab = loaded
         return cls(head, context.target, None if context.config.full_draft_vocab else draft_vocab, name, context.capacity,
                    cuda_capture if context.graphs else None)
 
@@ -297,6 +196,5 @@ class FeatureDrafter(StateDrafter):
 
     def _logits(self, state: torch.Tensor) -> torch.Tensor:
         """The head's logits (rows, vocab) from its states: the target's LM head over the draft vocabulary, −inf elsewhere."""
-        scores = self.score(state).float()
-        return scores.new_full((state.shape[0], self.target.vocab_size), float("-inf")).index_copy_(1, self.vocab_ids, scores)
+        return on_vocab(self.score(state).float(), self.vocab_ids, self.target.vocab_size)
 

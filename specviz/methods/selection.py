@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from specviz.core.drafters import Drafter, StopRule
 from specviz.core.policy import MAX_GAMMA, FirstDraft, LengthPolicy
-from specviz.methods.policies import History, ProbeSchedule, file_step, predicted_rates
+from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates
 
 
 class PerDrafterPolicy(LengthPolicy):

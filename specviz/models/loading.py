@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from specviz.core.cache import LoadedModel
+from specviz.core.env import env_flag
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.models.backends import place
 from specviz.models.paths import cache_dir
@@ -94,7 +95,7 @@ def model_dir_or_id(source: str) -> str:
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    return env_flag("HF_HUB_OFFLINE")
 
 
 

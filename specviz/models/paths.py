@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from specviz.core.env import env
 
 
 def _assets() -> Path:
@@ -19,4 +20,4 @@ ASSETS = _assets()
 
 def cache_dir() -> Path:
     """Where converted models and measured settings are kept (``SPECVIZ_CACHE`` overrides)."""
-    return Path(os.environ.get("SPECVIZ_CACHE", Path.home() / ".cache" / "specviz"))
+    return Path(env("SPECVIZ_CACHE") or Path.home() / ".cache" / "specviz")

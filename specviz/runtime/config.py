@@ -21,14 +21,19 @@ from specviz.models.presets import NGRAM_DRAFT, default_preset
 TREE_POLICIES = ("fixed", "online")
 """The γ policies that choose a tree's node budget."""
 
+APP_MAX_NEW_TOKENS = 512
+"""The most tokens one run of the app, its endpoint or ``chain-advisor`` generates (``--max-new-tokens`` allows more)."""
+
 
 @dataclass(frozen=True)
 class Setting:
     """How a setting is described and checked: ``choices`` (a tuple or a function returning one) or a range
-    [``low``, ``high``] whose ends are excluded where ``open_low`` / ``open_high``."""
+    [``low``, ``high``] whose ends are excluded where ``open_low`` / ``open_high``; ``default_text`` says how the
+    default is chosen where it depends on the machine."""
 
     help: str
     label: str = ""
+    default_text: str = ""
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     low: float | None = None
     high: float | None = None
@@ -37,6 +42,16 @@ class Setting:
 
     def options(self) -> tuple[str, ...]:
         return self.choices() if callable(self.choices) else tuple(self.choices or ())
+
+    def bounds(self) -> str:
+        """The range in words: "1–10", "(0, 1]", "≥ 0" ("" without one)."""
+        if self.low is None and self.high is None:
+            return ""
+        if self.high is None:
+            return f"{'>' if self.open_low else '≥'} {self.low:g}"
+        if isinstance(self.low, int) and isinstance(self.high, int) and not (self.open_low or self.open_high):
+            return f"{self.low}–{self.high}"
+        return f"{'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
 
 
 def setting(default: Any, help: str, **kw: Any) -> Any:
@@ -50,11 +65,13 @@ def setting(default: Any, help: str, **kw: Any) -> Any:
 class DecodeConfig:
     """Settings of one generation; ``python -m specviz generate --help`` lists them."""
 
-    preset: str = setting(default_preset(), "model preset: a target and its drafts", label="Preset")
+    preset: str = setting(default_preset(), "model preset: a target and its drafts", label="Preset",
+                          default_text="the machine's: `default_preset()`")
     target: str | None = setting(None, "target model: a hub id or a local transformers directory (default: the preset's target)",
                                  label="Target")
     method: str = setting("sd", "sd (speculative) or ar (plain autoregressive)", label="Method", choices=("sd", "ar"))
-    draft: str | None = setting(None, "draft: a draft of the preset, 'ngram', a hub id or a local dir (default: the preset's first)",
+    draft: str | None = setting(None, "draft: a draft of the preset, 'ngram', or a hub id or local directory holding a model, a feature "
+                                "head or a published EAGLE-3 head (default: the preset's first)",
                                 label="Draft")
     chain: list[str] = setting([], "polybasic chain, fastest first (the target verifies last)", label="Chain")
     level_gamma: int = setting(4, "draft length of each lower chain level", label="Level γ", low=1, high=MAX_GAMMA)
@@ -75,8 +92,8 @@ class DecodeConfig:
     cuda_graphs: str = setting("auto", "CUDA graphs of the verify and draft forwards: auto (on a dedicated GPU; off on ZeroGPU "
                                "and CPU), on or off", label="CUDA graphs", choices=("auto", "on", "off"))
     full_draft_vocab: bool = setting(False, "drafts score the whole vocabulary, not only their draft_vocab.json", label="full draft vocab")
-    tree_nodes: int = setting(0, "token tree: nodes drafted and verified per step in one target forward (0 = a chain of γ)",
-                              label="tree nodes", low=0, high=MAX_TREE_NODES)
+    tree_nodes: int = setting(0, "token tree: nodes drafted and verified per step in one target forward (replaces --gamma; "
+                              "0 = a chain of γ)", label="tree nodes", low=0, high=MAX_TREE_NODES)
     tree_branch: int = setting(2, "token tree: children of each expanded node (static: the number of branches)",
                                label="tree branching", low=1, high=8)
     tree_kind: str = setting("dynamic", "token tree: dynamic (EAGLE-2: expand the likeliest nodes, keep the budget's best) "
@@ -135,6 +152,9 @@ class DecodeConfig:
         if self.gamma_policy not in TREE_POLICIES:
             raise ConfigError(f"{trees}: the node budget is fixed or chosen by {option('gamma_policy')} online, "
                               f"not {self.gamma_policy}")
+        if self.gamma != DecodeConfig.gamma:
+            raise ConfigError(f"{option('gamma')} has no effect with {trees}: the node budget is {trees} "
+                              f"(fixed, or where {option('gamma_policy')} online starts)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -159,11 +179,9 @@ def _check_range(spelled: str, value: Any, s: Setting) -> None:
     too_high = s.high is not None and not (value < s.high if s.open_high else value <= s.high)
     if not (too_low or too_high or math.isnan(value)):
         return
-    if s.high is None:
-        raise ConfigError(f"{spelled} must be {'>' if s.open_low else '>='} {s.low:g}, got {value}")
     if isinstance(s.low, int) and isinstance(s.high, int) and not (s.open_low or s.open_high):
         raise ConfigError(f"{spelled} must be between {s.low} and {s.high}, got {value}")
-    raise ConfigError(f"{spelled} must be in {'(' if s.open_low else '['}{s.low:g}, {s.high:g}{')' if s.open_high else ']'}, got {value}")
+    raise ConfigError(f"{spelled} must be {'' if s.high is None else 'in '}{s.bounds()}, got {value}")
 
 
 def _convert(spelled: str, kind: str, value: Any) -> Any:

@@ -3,7 +3,6 @@ strategies built by name, and the JSON result of a finished run."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import Drafter
 from specviz.core.engine import decode
+from specviz.core.env import env_flag
 from specviz.core.errors import ConfigError
 from specviz.core.policy import FirstDraft, LengthPolicy
 from specviz.core.record import StepEvent
@@ -97,7 +97,7 @@ class PreparedRun:
 
     def events(self, record: bool = True) -> Iterator[StepEvent]:
         """The decode's steps; without ``record`` they leave out what only the views read (see ``decode``)."""
-        def policy() -> LengthPolicy:
+        def policy() -> LengthPolicy:  # a tree's node budget is --tree-nodes: validate() refuses another --gamma with it
             return GAMMA_POLICIES[self.config.gamma_policy].from_gamma(self.config.tree_nodes or self.config.gamma)
 
         selector, length = FirstDraft(), policy()
@@ -135,14 +135,10 @@ class DraftContext:
         return cached_model(self.models[name], self.target.vocab_size, self.config.full_draft_vocab, int8=True,
                             capacity=self.capacity, graphs=self.graphs)
 
-    def head(self, source: str) -> tuple:
-        """A feature head for the target, and its draft vocabulary."""
-        return self.bank.head(source, self.target_lm)
-
 
 def on_zerogpu() -> bool:
     """Whether this process is a ZeroGPU Space (the variable and the values the ``spaces`` package reads)."""
-    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+    return env_flag("SPACES_ZERO_GPU")
 
 
 def static_shapes(config: DecodeConfig, device: torch.device, prompt_len: int) -> tuple[int | None, bool]:

@@ -7,7 +7,7 @@ import statistics
 import torch
 
 from specviz.analysis.suites import load_warmup
-from specviz.methods.policies import History, record_of
+from specviz.methods.estimation import History, record_of
 from specviz.methods.predictor import AcceptancePredictor, prompt_features
 from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
 from specviz.runtime.bank import ModelBank

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import gradio as gr
 
+from specviz.core.env import env
 from specviz.ui.bank import Models, default_preset, shared_models
 from specviz.ui.compare import build_compare_tab
 from specviz.ui.decode import decode_steps
@@ -66,7 +66,7 @@ def build_app() -> gr.Blocks:
 
 
 def server_port() -> int | None:
-    value = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
+    value = env("PORT") or env("GRADIO_SERVER_PORT")
     return int(value) if value else None
 
 

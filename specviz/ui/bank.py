@@ -7,12 +7,12 @@ first run of another preset. Runs themselves are never shared; they live in each
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from specviz.core.env import env
 from specviz.methods.feature_head import is_feature_head
 from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
 from specviz.runtime.bank import ModelBank
@@ -110,7 +110,7 @@ def draft_names(config: DecodeConfig) -> list[str]:
 def default_preset() -> str:
     """The preset the app opens with and warms up: SPECVIZ_PRESET, else the offline preset where its wheel is
     installed, else the hub's copy of the same model (see :func:`specviz.models.presets.default_preset`)."""
-    name = os.environ.get("SPECVIZ_PRESET", "")
+    name = env("SPECVIZ_PRESET")
     return name if name in PRESETS else DecodeConfig.preset
 
 

@@ -14,7 +14,7 @@ import gradio as gr
 
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Registry
 from specviz.models.presets import PRESETS, resolve_draft
-from specviz.runtime.config import DecodeConfig
+from specviz.runtime.config import APP_MAX_NEW_TOKENS, DecodeConfig
 from specviz.runtime.prepare import BASELINE_SETTINGS, run_preset
 from specviz.ui.bank import default_draft, default_preset, draft_choices
 from specviz.ui.handlers import user_message
@@ -24,7 +24,8 @@ from specviz.viz.render import status_html
 SETTINGS = DecodeConfig.settings()
 TYPES = {f.name: f.type for f in fields(DecodeConfig)}
 DEFAULTS = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(DecodeConfig)}
-UI_MAX_NEW_TOKENS = 512
+UI_MAX_NEW_TOKENS = APP_MAX_NEW_TOKENS
+"""The max-new-tokens sliders' maximum: the endpoint's cap."""
 SLIDER_SPAN = 4096
 """A numeric range at most this wide is a slider; a wider (or open) one a number box."""
 QUIET = {"api_visibility": "private", "queue": False}

@@ -15,14 +15,11 @@ import gradio as gr
 from specviz.analysis.result import run_to_result
 from specviz.api import keyword
 from specviz.core.errors import ConfigError, ModelLoadError
-from specviz.runtime.config import DecodeConfig, respelled
+from specviz.runtime.config import APP_MAX_NEW_TOKENS, DecodeConfig, respelled
 from specviz.runtime.prepare import plan, prepare
 from specviz.ui.bank import shared_models
 from specviz.ui.gpu import decode_seconds, gpu, observe_speed
 from specviz.ui.stream import on_model_thread
-
-MAX_TOKENS = 512
-"""The endpoint's cap on max_new_tokens (the app's sliders have the same)."""
 
 
 def generate_seconds(prompt: str, settings: dict | None = None) -> int:
@@ -31,7 +28,7 @@ def generate_seconds(prompt: str, settings: dict | None = None) -> int:
         tokens = int((settings or {}).get("max_new_tokens", DecodeConfig.max_new_tokens))
     except (TypeError, ValueError):
         tokens = DecodeConfig.max_new_tokens
-    return decode_seconds(min(max(tokens, 1), MAX_TOKENS))
+    return decode_seconds(min(max(tokens, 1), APP_MAX_NEW_TOKENS))
 
 
 @gpu(duration=generate_seconds)
@@ -50,8 +47,8 @@ def generate(prompt: str, settings: dict[str, Any] | None = None) -> dict:
         raise gr.Error("settings must be a JSON object of DecodeConfig's names, e.g. {\"gamma\": 3}")
     try:
         config = DecodeConfig.from_values(settings or {})
-        if config.max_new_tokens > MAX_TOKENS:
-            raise ConfigError(f"max_new_tokens is at most {MAX_TOKENS} here, got {config.max_new_tokens}")
+        if config.max_new_tokens > APP_MAX_NEW_TOKENS:
+            raise ConfigError(f"max_new_tokens is at most {APP_MAX_NEW_TOKENS} here, got {config.max_new_tokens}")
         plan(config, prompt, shared_models().bank)  # settings and prompt checked here, before asking for a GPU
         shared_models().load_weights(config)
         return decode(prompt, config.to_dict())

@@ -4,12 +4,12 @@ any error into a visible one-line message, with settings named by their labels."
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 
 import gradio as gr
 
 from specviz.analysis.suites import load_suite
+from specviz.core.env import env
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.runtime.config import DecodeConfig, respelled
 
@@ -23,7 +23,7 @@ def decode_concurrency() -> int:
     """Decodes running at once across all sessions (SPECVIZ_DECODE_CONCURRENCY, default 1): runs never share the
     CPU/GPU, so their timings stay honest; other sessions wait in the queue and see their position."""
     try:
-        return max(1, int(os.environ.get("SPECVIZ_DECODE_CONCURRENCY", "1")))
+        return max(1, int(env("SPECVIZ_DECODE_CONCURRENCY") or 1))
     except ValueError:
         return 1
 

@@ -4,16 +4,18 @@ Both read a step as recorded (a StepEvent's dict, live or from a trace file) and
 so they work the same for a live run, a finished run and a loaded trace with no model. The microscope shows, per
 verified position, p and q over their top tokens, min(1, p/q) with the uniform draw u that decided it, the residual
 distribution at a rejection, the judge score against δ, and a chain's per-level blocks. A step that drafted a token
-tree is drawn as that tree (nodes are tokens; the accepted path highlighted, rejected siblings marked, nodes never
-checked dimmed; each node opens its own microscope card: the context it was drafted after, q at its stage, p after
-the siblings rejected before it, u and the test that decided it, or why it was never checked), and its narration
-says which branch won and why.
+tree is drawn as that tree (depth left to right, siblings stacked; nodes are tokens, each with a dot sized by its q or,
+toggled, its p; the accepted path highlighted, rejected siblings marked, nodes never checked dimmed; each node opens
+its own microscope card: the context it was drafted after, q at its stage, p after the siblings rejected before it,
+u and the test that decided it, or why it was never checked), and its narration says which branch won and why.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+
+from specviz.viz.trace import ended_at_stop, value_at
 
 REASON_WORDS = {"exact": "the exact test", "judge": "the judge", "lenient": "lenience", "topk": "the top-k rule"}
 
@@ -43,11 +45,14 @@ def narrate(event: Mapping, pieces: Mapping[int, str], plain_ms_per_token: float
         words.append(f"{event['drafter']} drafted {len(drafts)} token{'s' * (len(drafts) > 1)} (γ = {event['gamma']}): {listed}.")
         for i, v in enumerate(verify):
             words.append(_verdict_words(i + 1, v, pieces))
-        unchecked = len(drafts) - len(verify)
+        stopped = ended_at_stop(event)
+        if stopped:
+            words.append(stop_words(emitted[-1], pieces))
+        unchecked, after = len(drafts) - len(verify), "the stop token" if stopped else "the rejection"
         if unchecked:
-            words.append("The draft after the rejection was never checked." if unchecked == 1
-                         else f"The {unchecked} drafts after the rejection were never checked.")
-        if len(emitted) > event["accepted"]:
+            words.append(f"The draft after {after} was never checked." if unchecked == 1
+                         else f"The {unchecked} drafts after {after} were never checked.")
+        if not stopped:
             extra = emitted[event["accepted"]]
             bonus = event["accepted"] == len(drafts)
             how = "as the bonus token, from p after the last draft" if bonus else "in place of the rejected draft"
@@ -59,6 +64,11 @@ def narrate(event: Mapping, pieces: Mapping[int, str], plain_ms_per_token: float
     else:
         words.append(f"{took} for {len(emitted)} token{'s' * (len(emitted) != 1)}; no AR baseline to compare with.")
     return " ".join(words)
+
+
+def stop_words(token: int, pieces: Mapping[int, str]) -> str:
+    """What a stop token among the accepted drafts did to the step."""
+    return f"{piece(pieces, token)} is a stop token: the output ends there, and the target adds no token of its own."
 
 
 def _verdict_words(position: int, v: Mapping, pieces: Mapping[int, str]) -> str:
@@ -175,11 +185,20 @@ def microscope_css() -> str:
 .sv-judge, .sv-mic-res { font-size: 12px; margin-top: 4px; }
 .sv-mic-levels { font-size: 12px; border-collapse: collapse; } .sv-mic-levels td { padding: 1px 6px; }
 .sv-narration { font-size: 15px; line-height: 1.5; }
-.sv-tree-box { overflow-x: auto; } .sv-tree { display: block; margin: 6px 0; font: 12px ui-monospace, monospace; }
+.sv-tree-view { margin: 6px 0; font-size: 12px; color: #57606a; }
+.sv-tree-toggle { cursor: pointer; margin-right: 8px; white-space: nowrap; }
+.sv-tree-box { contain: inline-size; overflow: auto; max-height: 70vh; }
+.sv-tree { display: block; margin: 6px 0; width: var(--sv-w); max-width: 100%; min-width: calc(.75 * var(--sv-w)); height: auto;
+  font: 13px ui-monospace, monospace; }
+body.sv-present .sv-tree, body.present .sv-tree { width: calc(1.5 * var(--sv-w)); min-width: calc(1.1 * var(--sv-w)); }
+.sv-dot.sv-enc-q { fill: #f59f00; } .sv-dot.sv-enc-p { fill: #4c6ef5; }
+.sv-dot.sv-dot-none { fill: none; stroke: #57606a; stroke-dasharray: 2 1.5; }
+.sv-tree-view .sv-enc-p, .sv-tree-view:has(.sv-enc-toggle:checked) .sv-enc-q { display: none; }
+.sv-tree-view:has(.sv-enc-toggle:checked) .sv-enc-p { display: inline; }
 .sv-node rect { fill: #fff; stroke: #8c959f; stroke-width: 1.2; }
 .sv-node.sv-path rect { fill: #dafbe1; stroke: #2da44e; stroke-width: 2; }
 .sv-node.sv-rejected rect { fill: #ffebe9; stroke: #cf222e; }
-.sv-node.sv-unchecked { opacity: .38; }
+.sv-node.sv-unchecked { opacity: .5; } .sv-tree a, .sv-tree .sv-node { text-decoration: none; }
 .sv-node.sv-added rect { fill: #ddf4ff; stroke: #0969da; stroke-dasharray: 4 2; }
 .sv-node.sv-root rect { fill: #eef1f4; }
 .sv-edge { fill: none; stroke: #8c959f; } .sv-edge.sv-path { stroke: #2da44e; stroke-width: 2; }
@@ -196,26 +215,33 @@ def highlight_css(step: int) -> str:
     return f'.sv-tok[data-step="{int(step)}"] {{ outline: 2px solid #cf222e; outline-offset: 1px; }}'
 
 
-COL, ROW, BOX_W, BOX_H = 118, 30, 104, 22
-"""A tree drawing's column and row pitch and a node's box, in pixels."""
+COL, ROW, BOX_W, BOX_H, PAD = 96, 24, 84, 20, 4
+"""A tree drawing's column and row pitch, a node's box and the margin, in the SVG's units (pixels at its natural size)."""
+DOT_R, TEXT_X, LABEL_CHARS = 6.5, 19, 6
+"""A node's dot at probability 1 (its area is the probability), where its label starts, and the characters of token
+text it shows (the full text is in its tooltip)."""
 
 
 def layout(parents: list[int]) -> dict[int, tuple[int, float]]:
-    """(depth, row) of the root (key −1) and every node: depth as the column, rows so that a parent sits level with its
-    first child and subtrees never overlap."""
+    """(depth, row) of the root (key −1) and every node, as a tidy tree: depth as the column, the leaves on consecutive
+    rows (siblings in draw order), and every other node level with the middle of its subtree's rows."""
     kids: dict[int, list[int]] = {}
     for i, parent in enumerate(parents):
         kids.setdefault(parent, []).append(i)
     place: dict[int, tuple[int, float]] = {}  # −1: the root
-    next_row = [0.0]
+    leaves = 0
 
-    def visit(node: int, depth: int) -> float:
-        below = [visit(c, depth + 1) for c in kids.get(node, [])]
-        row = below[0] if below else next_row[0]
-        if not below:
-            next_row[0] += 1
-        place[node] = (depth, row)
-        return row
+    def visit(node: int, depth: int) -> tuple[float, float]:
+        """Places the subtree of ``node``; returns its first and last row."""
+        nonlocal leaves
+        spans = [visit(c, depth + 1) for c in kids.get(node, [])]
+        if spans:
+            first, last = spans[0][0], spans[-1][1]
+        else:
+            first = last = leaves
+            leaves += 1
+        place[node] = (depth, (first + last) / 2)
+        return first, last
 
     visit(-1, 0)
     return place
@@ -229,42 +255,57 @@ def _state(node: Mapping, on_path: bool) -> str:
 
 
 def tree_svg(event: Mapping, pieces: Mapping[int, str]) -> str:
-    """The step's tree as an inline SVG (see the module docstring)."""
+    """The step's tree as an inline SVG: depth left to right, siblings stacked (:func:`layout`), the target's own
+    token as one more child of the path's end; each node's dot has the area of its q or, toggled, its p."""
     tree, step = event["tree"], event["step"]
     parents, path, nodes = tree["parents"], tree["accepted_path"], tree["nodes"]
-    places = layout(parents)
-    rows = max(r for _, r in places.values()) + 1
-    depth = max(d for d, _ in places.values())
     tail = event["emitted_ids"][len(path):]
-    width, height = COL * (depth + 2) + 8, ROW * (rows + 1) + 8
+    links = parents + [path[-1] if path else -1] * bool(tail)  # the target's own token: a child of the path's end
+    states = [_state(node, i in path) for i, node in enumerate(nodes)] + ["added"] * bool(tail)
+    places = layout(links)
+    width = 2 * PAD + COL * max(d for d, _ in places.values()) + BOX_W
+    height = 2 * PAD + ROW * max(r for _, r in places.values()) + BOX_H
 
-    def xy(d: int, r: float) -> tuple[float, float]:
-        return 4 + d * COL, 4 + r * ROW
+    def xy(node: int) -> tuple[float, float]:
+        depth, row = places[node]
+        return PAD + depth * COL, PAD + row * ROW
 
-    out = [f'<svg class="sv-tree" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="token tree of step {step}">']
-    for i, parent in enumerate(parents):
-        (x0, y0), (x1, y1) = xy(*places[parent]), xy(*places[i])
-        out.append(f'<path class="sv-edge sv-{_state(nodes[i], i in path)}" d="M{x0 + BOX_W} {y0 + BOX_H / 2} '
-                   f'C{x0 + BOX_W + 8} {y0 + BOX_H / 2} {x1 - 8} {y1 + BOX_H / 2} {x1} {y1 + BOX_H / 2}"/>')
-    out.append(_box(*xy(*places[-1]), "root", "sv-root", "the committed text"))
+    out = [f'<svg class="sv-tree" width="{width}" height="{height:g}" viewBox="0 0 {width} {height:g}" style="--sv-w: {width}px" '
+           f'role="img" aria-label="token tree of step {step}">']
+    for i, parent in enumerate(links):
+        (x0, y0), (x1, y1) = xy(parent), xy(i)
+        x0, mid, y0, y1 = x0 + BOX_W, x0 + BOX_W + (x1 - x0 - BOX_W) / 2, y0 + BOX_H / 2, y1 + BOX_H / 2
+        out.append(f'<path class="sv-edge sv-{states[i]}" d="M{x0:g} {y0:g} C{mid:g} {y0:g} {mid:g} {y1:g} {x1:g} {y1:g}"/>')
+    out.append(_box(*xy(-1), "root", "sv-root", "the committed text"))
     for i, node in enumerate(nodes):
-        d, r = places[i]
-        state = _state(node, i in path)
-        mark = {"path": "✓ ", "rejected": "✗ ", "unchecked": ""}[state]
-        tip = f"node {i}: p = {_f(node['p'])}, q = {_f(node['q'])}, u = {_f(node['u'])} ({state})"
-        out.append(f'<a href="#sv-node-{step}-{i}">' + _box(*xy(d, r), mark + piece(pieces, node["token"]), f"sv-{state}", tip) + "</a>")
-    if tail:  # in a row of its own below the tree, after the path's last node
-        (x0, y0), (x1, y1) = xy(*places[path[-1] if path else -1]), xy(len(path) + 1, rows)
-        out.append(f'<path class="sv-edge sv-added" d="M{x0 + BOX_W / 2} {y0 + BOX_H} C{x0 + BOX_W / 2} {y1 + BOX_H / 2} '
-                   f'{x1 - 20} {y1 + BOX_H / 2} {x1} {y1 + BOX_H / 2}"/>')
-        out.append(_box(x1, y1, "+ " + piece(pieces, tail[0]), "sv-added", "the target's own token after the path"))
+        text, state = piece(pieces, node["token"]), states[i]
+        tip = f"node {i}, {text}: p = {_f(node['p'])}, q = {_f(node['q'])}, u = {_f(node['u'])} ({VERDICTS[state]})"
+        label = {"path": "✓ ", "rejected": "✗ ", "unchecked": ""}[state] + _short(text)
+        out.append(f'<a href="#sv-node-{step}-{i}">' + _box(*xy(i), label, f"sv-{state}", tip, q=node["q"], p=node["p"]) + "</a>")
+    if tail:
+        text, p = piece(pieces, tail[0]), value_at(event.get("emitted_p"), len(path))
+        out.append(_box(*xy(len(nodes)), "+ " + _short(text), "sv-added", f"{text}: the target's own token after the path, "
+                        f"p = {_f(p)}", p=p))
     return "".join(out) + "</svg>"
 
 
-def _box(x: float, y: float, label: str, cls: str, tip: str) -> str:
-    return (f'<g class="sv-node {cls}"><title>{html.escape(tip)}</title><rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" '
-            f'rx="5"/><text x="{x + 6}" y="{y + 15}">{html.escape(label[:14])}</text></g>')
+def _short(text: str) -> str:
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def _box(x: float, y: float, label: str, cls: str, tip: str, **dots: float | None) -> str:
+    """A node: its box, a dot per probability in ``dots`` (``q``, ``p``; a dashed ring where there is none) and its label."""
+    circles = "".join(f'<circle class="sv-dot sv-enc-{name}{" sv-dot-none" * (v is None)}" cx="{x + TEXT_X / 2:g}" '
+                    f'cy="{y + BOX_H / 2:g}" r="{3 if v is None else max(1.0, DOT_R * v ** .5):.2f}"/>' for name, v in dots.items())
+    return (f'<g class="sv-node {cls}"><title>{html.escape(tip)}</title><rect x="{x:g}" y="{y:g}" width="{BOX_W}" '
+            f'height="{BOX_H}" rx="5"/>{circles}<text x="{x + TEXT_X:g}" y="{y + 14.5:g}">{html.escape(label)}</text></g>')
+
+
+TREE_KEY = ('<label class="sv-tree-toggle"><input type="checkbox" class="sv-enc-toggle"> dots show p (the target) instead of q '
+            '(the draft)</label> <span class="sv-tree-key"><span class="sv-enc-q">A node\'s dot has the area of q, the draft\'s '
+            'probability of its token.</span><span class="sv-enc-p">A node\'s dot has the area of p, the target\'s probability of '
+            'its token where it was checked; a dashed ring: never checked.</span></span>')
+"""The drawing's toggle and key: switched by CSS alone, so it works without a server (the offline page too)."""
 
 
 def tree_microscope(event: Mapping, pieces: Mapping[int, str]) -> str:
@@ -282,8 +323,8 @@ def tree_microscope(event: Mapping, pieces: Mapping[int, str]) -> str:
             "<th>q</th><th>u</th><th>verdict</th></tr>")
     cards = "".join(node_card(event, pieces, i) for i in range(len(tree["nodes"])))
     return (f'<div class="sv-mic"><p class="sv-mic-title">Step {step}: a {tree["kind"]} tree of {len(tree["nodes"])} nodes, '
-            f'verified in one target forward; click a node for its microscope</p><div class="sv-tree-box">'
-            f'{tree_svg(event, pieces)}</div>{cards}{head}' + "".join(rows) + "</table></div>")
+            f'verified in one target forward; click a node for its microscope</p><div class="sv-tree-view">{TREE_KEY}'
+            f'<div class="sv-tree-box">{tree_svg(event, pieces)}</div></div>{cards}{head}' + "".join(rows) + "</table></div>")
 
 
 def node_card(event: Mapping, pieces: Mapping[int, str], i: int) -> str:
@@ -293,12 +334,12 @@ def node_card(event: Mapping, pieces: Mapping[int, str], i: int) -> str:
     tree, step = event["tree"], event["step"]
     parents, path, nodes = tree["parents"], tree["accepted_path"], tree["nodes"]
     node, state = nodes[i], _state(nodes[i], i in path)
-    chain, up = [], node["parent"]
+    above, up = [], node["parent"]
     while up >= 0:
-        chain.append(piece(pieces, nodes[up]["token"]))
+        above.append(up)
         up = parents[up]
     token = html.escape(piece(pieces, node["token"]))
-    context = " ".join(["the committed text", *reversed(chain)])
+    context = " ".join(["the committed text", *(piece(pieces, nodes[j]["token"]) for j in reversed(above))])
     before = [j for j in range(i) if parents[j] == node["parent"]]
     drawn = (f"q = {_f(node['q'])}, drawn without replacement after its sibling{'s' * (len(before) > 1)} "
              f"{', '.join(piece(pieces, nodes[j]['token']) for j in before)} (q without them, renormalised)"
@@ -306,8 +347,12 @@ def node_card(event: Mapping, pieces: Mapping[int, str], i: int) -> str:
     lines = [f"Drafted after: {html.escape(context)}.", html.escape(f"Depth {node['depth']}; {drawn}.")]
     if node["accepted"] is None:
         passed = next((j for j in before if nodes[j]["accepted"]), None)
-        why = (f"an earlier sibling, {piece(pieces, nodes[passed]['token'])}, passed first" if passed is not None else
-               "its parent was not accepted, so nothing below it is checked")
+        if ended_at_stop(event) and path and path[-1] in above:
+            why = f"the output ended at the stop token {piece(pieces, nodes[path[-1]]['token'])} above it"
+        elif passed is not None:
+            why = f"an earlier sibling, {piece(pieces, nodes[passed]['token'])}, passed first"
+        else:
+            why = "its parent was not accepted, so nothing below it is checked"
         lines.append(html.escape(f"Never checked: {why}."))
     elif node["u"] is None:
         won = next((j for j in range(len(nodes)) if parents[j] == node["parent"] and j in path), None)
@@ -355,4 +400,6 @@ def tree_narration(event: Mapping, pieces: Mapping[int, str]) -> str:
     tail = event["emitted_ids"][len(path):]
     if tail:
         words.append(f"The target then added {piece(pieces, tail[0])} after the branch.")
+    elif ended_at_stop(event):
+        words.append(stop_words(event["emitted_ids"][-1], pieces) + " Nothing below it was checked.")
     return " ".join(words)

@@ -6,7 +6,7 @@ the same per step at the end as at the start.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,36 +74,44 @@ class TraceBuilder:
         return [s for e in events for s in self.add(e)]
 
 
-def _at(values: Sequence[float] | None, i: int) -> float | None:
+def value_at(values: Sequence[float] | None, i: int) -> float | None:
+    """values[i], or None where there is no such value (a list left out, or too short)."""
     return values[i] if values is not None and i < len(values) else None
 
 
 def step_spans(event: dict, context: Sequence[int], decoder: PieceDecoder) -> list[TokenSpan]:
     """Spans of one step: accepted drafts, then rejected / unchecked drafts where they were proposed,
     then the target's own token (correction, bonus, or a plain target token when nothing was drafted). A tree step
-    reads as its accepted path and the first child rejected below it."""
+    reads as its accepted path and the first child rejected below it. A step that ended at a stop token among its
+    drafts (it emitted no more tokens than it accepted) ends there."""
     event = along_path(event) if event.get("tree") else event
     drafts, emitted = list(event["draft_ids"]), list(event["emitted_ids"])
     accepted, step = int(event["accepted"]), int(event["step"])
     reasons, scores = list(event.get("accept_reasons") or []), event.get("judge_scores")
+    if ended_at_stop(event):
+        drafts = drafts[: len(emitted)]
     ctx, spans = list(context), []
     for i, tok in enumerate(drafts):
-        if i < accepted and i >= len(emitted):
-            continue  # accepted but cut by a stop token: never part of the output
         reason = reasons[i] if i < len(reasons) else ("exact" if i < accepted else "unchecked")
         if i < accepted:
             kind = ACCEPT_KINDS.get(reason, "accepted")
         else:
             kind = "rejected" if i == accepted else "unchecked"
         text = decoder.piece(ctx, tok)
-        spans.append(TokenSpan(text, kind, step, tok, _at(event.get("draft_p"), i), _at(event.get("draft_q"), i), _at(scores, i)))
+        spans.append(TokenSpan(text, kind, step, tok, value_at(event.get("draft_p"), i), value_at(event.get("draft_q"), i),
+                               value_at(scores, i)))
         ctx.append(tok)
     if len(emitted) > accepted:
         tok = emitted[accepted]
         kind = "target" if not drafts else ("correction" if accepted < len(drafts) else "bonus")
         base = list(context) + emitted[:accepted]
-        spans.append(TokenSpan(decoder.piece(base, tok), kind, step, tok, _at(event.get("emitted_p"), accepted)))
+        spans.append(TokenSpan(decoder.piece(base, tok), kind, step, tok, value_at(event.get("emitted_p"), accepted)))
     return spans
+
+
+def ended_at_stop(event: Mapping) -> bool:
+    """Whether the step ended at a stop token among its accepted drafts: it emitted no token of the target's own."""
+    return len(event["emitted_ids"]) <= event["accepted"]
 
 
 def along_path(event: dict) -> dict:

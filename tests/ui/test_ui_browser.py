@@ -4,7 +4,9 @@ One walk through the app: a streamed run whose spans and chart appear before it 
 finished run, a two-configuration comparison, the Explain tab, then an empty prompt's visible error
 while the app keeps working. Screenshots of the three tabs go to assets/screenshots/. Then teaching mode: a
 sampled run stepped with the keyboard to a rejection, its microscope, the saved trace in an app with no model
-loaded, and the HTML page from disk with the network blocked.
+loaded, and the HTML page from disk with the network blocked. Last, token trees: an example trace's, and a 32-node
+tree of tiny random models in the offline page and in the app, drawn inside its panel, each depth's nodes opening
+their cards.
 """
 
 import json
@@ -261,3 +263,89 @@ def test_a_token_trees_microscope_opens_on_any_node(page):
         assert f"Node {i}:" in text and ("Never checked" in text) == (node["accepted"] is None)
         if node["u"] is not None:
             assert f"u = {node['u']:.3f}" in text
+
+
+@pytest.fixture(scope="module")
+def tree_trace(tmp_path_factory, tiny_target) -> tuple[Path, Path, dict]:
+    """A run that drafts 32-node token trees (a tiny random target drafting for itself, sampled): its trace file, its
+    HTML page and the step with the deepest tree."""
+    from specviz.api import Trace
+    from specviz.core.drafters import ModelDrafter
+    from specviz.core.engine import decode
+    from specviz.core.metrics import summarize
+    from specviz.core.policy import LengthPolicy
+    from specviz.core.sampling import Sampler
+    from specviz.core.tree import TreeShape, depths
+    from specviz.models.backends import cached_model
+    from specviz.runtime.config import DecodeConfig
+    from specviz.viz.trace import TraceBuilder
+
+    pieces = {i: f" word{i}" + "s" * (i % 7) for i in range(tiny_target.vocab_size)}
+
+    class Tokenizer:
+        def decode(self, ids, **_):
+            return "".join(pieces[i] for i in ids)
+
+    prompt = [5, 17, 3, 9]
+    events = list(decode(cached_model(tiny_target), prompt, drafters=[ModelDrafter(cached_model(tiny_target))], policy=LengthPolicy(32),
+                         sampler=Sampler(1.0, seed=1), max_new_tokens=24, tree=TreeShape(32, 2, "dynamic", 32)))
+    ids = [t for e in events for t in e.emitted_ids]
+    config = DecodeConfig(draft="tiny", tree_nodes=32, temperature=1.0, seed=1, max_new_tokens=24)
+    trace = Trace("a tiny random model's prompt", config, Tokenizer().decode(ids), ids, events, summarize(events), None,
+                  TraceBuilder(Tokenizer(), prompt).add_all(events), pieces)
+    folder = tmp_path_factory.mktemp("tree")
+    trace.save(folder / "tree.json")
+    trace.to_html(folder / "tree.html")
+    step = max((e for e in events if len(e.draft_ids) == 32), key=lambda e: max(depths(e.tree.parents))).to_dict()
+    return folder / "tree.json", folder / "tree.html", step
+
+
+def tree_drawing_fits(page, panel: str, step: dict, scale: float) -> None:
+    """Every node of the step's tree lies inside its scroll box, the box inside ``panel``, the drawing at ``scale`` or
+    more of its natural size (labels legible), and each node's card opens on a click; the p/q toggle switches dots."""
+    depth = {i: n["depth"] for i, n in enumerate(step["tree"]["nodes"])}
+    geometry = page.locator(f"{panel} .sv-tree-box").evaluate("""box => {
+        const b = box.getBoundingClientRect(), p = box.closest('.sv-mic').parentElement.getBoundingClientRect();
+        const svg = box.querySelector('svg'), nodes = [...svg.querySelectorAll('a rect')].map(r => r.getBoundingClientRect());
+        const inside = nodes.every(r => r.left - b.left + box.scrollLeft >= 0 && r.right - b.left + box.scrollLeft <= box.scrollWidth
+            && r.top - b.top + box.scrollTop >= 0 && r.bottom - b.top + box.scrollTop <= box.scrollHeight);
+        return {nodes: nodes.length, inside, boxInPanel: b.left >= p.left - 1 && b.right <= p.right + 1,
+                scale: svg.getBoundingClientRect().width / svg.viewBox.baseVal.width};
+    }""")
+    assert geometry["nodes"] == len(depth) == 32 and geometry["inside"] and geometry["boxInPanel"], geometry
+    assert geometry["scale"] >= scale, geometry
+    deepest = max(depth, key=depth.get)
+    picks = sorted({*(min(i for i in depth if depth[i] == d) for d in set(depth.values())), deepest, *range(0, 32, 4)})
+    assert len(picks) >= 8 and len({depth[i] for i in picks}) == len(set(depth.values()))
+    for i in picks:
+        page.locator(f'{panel} svg a[href="#sv-node-{step["step"]}-{i}"]').click()
+        card = page.locator(f"{panel} #sv-node-{step['step']}-{i}")
+        card.wait_for(state="visible", timeout=5_000)
+        assert f"Node {i}:" in card.inner_text()
+    toggle, p, q = (page.locator(f"{panel} {css}").first for css in (".sv-enc-toggle", "svg .sv-enc-p", "svg .sv-enc-q"))
+    shown = toggle.is_checked()
+    assert (p.is_visible(), q.is_visible()) == (shown, not shown)
+    toggle.click()
+    assert (p.is_visible(), q.is_visible()) == (not shown, shown)
+
+
+def test_a_32_node_tree_is_drawn_inside_its_panel_and_every_depth_opens_its_card(tree_trace, page):
+    """A 32-node tree in the offline page (also in presentation mode) and in the app, opened as a trace file."""
+    trace_path, html_path, step = tree_trace
+    offline = page.context.browser.new_page(viewport={"width": 1400, "height": 1000})
+    offline.goto(html_path.as_uri())
+    offline.wait_for_selector("#microscope .sv-tree")
+    last = int(offline.locator("#step").get_attribute("max"))
+    for _ in range(last - step["step"]):
+        offline.keyboard.press("ArrowLeft")
+    assert offline.inner_text("#step-label") == f"step {step['step']} / {last}"
+    tree_drawing_fits(offline, "#microscope", step, 0.74)
+    offline.click("#present")
+    tree_drawing_fits(offline, "#microscope", step, 1.09)
+    offline.close()
+
+    page.get_by_role("tab", name="Explore").click()
+    page.set_input_files("#explore-trace-upload input[type=file]", str(trace_path))
+    page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded trace')", timeout=60_000)
+    go_to_step(page, "explore", step["step"])
+    tree_drawing_fits(page, "#explore-microscope", step, 0.74)

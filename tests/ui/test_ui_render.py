@@ -95,8 +95,10 @@ def test_judge_and_relaxed_reasons_and_stop_truncation():
     spans = step_spans(event(1, [1, 2, 3], 3, [1, 2, 3, 4], ["judge", "lenient", "topk"], judge=[0.9, 0.1, 0.2]), [0], dec)
     assert [s.kind for s in spans] == ["judge", "relaxed", "relaxed", "bonus"]
     assert spans[0].judge == 0.9
-    cut = step_spans(event(2, [1, 2, 3], 3, [1], ["exact", "exact", "exact"]), [0], dec)  # a stop token at the first draft
+    cut = step_spans(event(2, [1, 2, 3], 1, [1], ["exact", "unchecked", "unchecked"]), [0], dec)  # a stop token at the first draft
     assert [s.kind for s in cut] == ["accepted"]
+    older = step_spans(event(2, [1, 2, 3], 3, [1], ["exact", "exact", "exact"]), [0], dec)  # recorded before records ended there
+    assert [s.kind for s in older] == ["accepted"]
 
 
 def test_piece_decoder_uses_context_for_leading_spaces():

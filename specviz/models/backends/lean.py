@@ -90,6 +90,27 @@ def vocab_head(model: torch.nn.Module, ids: list[int] | None, dtype: torch.dtype
     return built_once(model, ("head", weight.dtype, weight.device, dtype, int8, None if ids is None else tuple(ids)), build)
 
 
+def on_vocab(scores: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Logits (rows, ``vocab_size``) from ``scores`` (rows, len(ids)) over a draft vocabulary: each score at its token id in
+    ``ids``, −inf at every other id, so a draft never proposes a token outside its vocabulary."""
+    return scores.new_full((scores.shape[0], vocab_size), float("-inf")).index_copy_(1, ids, scores)
+
+
+def grown(buffer: torch.Tensor | None, end: int, like: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """``buffer`` with room for positions 0..end−1 along ``dim``: itself if it has them, else zeros shaped as ``like`` but
+    for ``dim``, which holds max(end, twice what it held, 256) positions, the held ones copied to its start (a cache
+    that grows by doubling)."""
+    have = 0 if buffer is None else buffer.shape[dim]
+    if end <= have:
+        return buffer
+    shape = list(like.shape)
+    shape[dim] = max(end, 2 * have, 256)
+    out = like.new_zeros(shape)
+    if have:
+        out.narrow(dim, 0, have).copy_(buffer)
+    return out
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
@@ -217,7 +238,7 @@ class LeanStorage:
         x = x[0]
         logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
         if self.head_ids is not None:
-            logits = logits.new_full((keep, self.vocab_size), float("-inf")).index_copy_(1, self.head_ids, logits)
+            logits = on_vocab(logits, self.head_ids, self.vocab_size)
         return logits, {i: h[0] for i, h in outputs.items()}
 
     def truncate(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:

