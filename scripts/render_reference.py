@@ -66,10 +66,8 @@ def subcommand(path: str) -> argparse.ArgumentParser:
 def default_of(action: argparse.Action, setting: config.Setting | None) -> str:
     if setting is not None and setting.default_text:
         return setting.default_text
-    if isinstance(action, argparse._StoreTrueAction):
-        return "off"
-    if isinstance(action, argparse._StoreFalseAction):
-        return "on"
+    if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+        return "off"  # a flag's default is not giving it
     if action.default in (None, []) or action.default is argparse.SUPPRESS:
         return "–"
     if isinstance(action.default, Path):

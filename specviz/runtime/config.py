@@ -50,7 +50,7 @@ class Setting:
         if self.high is None:
             return f"{'>' if self.open_low else '≥'} {self.low:g}"
         if isinstance(self.low, int) and isinstance(self.high, int) and not (self.open_low or self.open_high):
-            return f"{self.low}–{self.high}"
+            return f"{self.low:,}–{self.high:,}"
         return f"{'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
 
 
@@ -79,7 +79,7 @@ class DecodeConfig:
     gamma: int = setting(3, "tokens drafted per step (fixed, or the start of an adaptive policy)", label="γ", low=1, high=MAX_GAMMA)
     gamma_policy: str = setting("fixed", "how γ is chosen each step", label="γ policy", choices=lambda: tuple(GAMMA_POLICIES))
     accept: str = setting("exact", "acceptance rule", label="Acceptance rule", choices=lambda: tuple(ACCEPT_RULES))
-    judge_threshold: float = setting(0.5, "judge decoding's δ (1 turns the judge off)", label="judge threshold δ", low=0, high=1)
+    judge_threshold: float = setting(0.5, "judge decoding's δ (1 turns the judge off)", label="judge threshold δ", low=0.0, high=1.0)
     lenience: float = setting(1.0, "lenience l: accept with probability min(1, p/(l·q))", label="lenience", low=0, high=1, open_low=True)
     topk: int = setting(5, "top-k rule: accept a draft among the target's k most likely", label="top-k", low=1, high=1000)
     temperature: float = setting(0.0, "sampling temperature (0 = greedy)", label="temperature", low=0)
