@@ -348,4 +348,6 @@ def test_a_32_node_tree_is_drawn_inside_its_panel_and_every_depth_opens_its_card
     page.set_input_files("#explore-trace-upload input[type=file]", str(trace_path))
     page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded trace')", timeout=60_000)
     go_to_step(page, "explore", step["step"])
+    # the panel redraws after the upload: wait for this trace's tree, not a step an earlier test left in the panel
+    page.wait_for_function("document.querySelectorAll('#explore-microscope .sv-tree-box svg a rect').length === 32", timeout=30_000)
     tree_drawing_fits(page, "#explore-microscope", step, 0.74)
