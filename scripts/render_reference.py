@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_steps import benchmark_steps, outputs  # noqa: E402
 from render_tables import PAGES, render_pages  # noqa: E402
+from render_tables import markdown as table  # noqa: E402
 
 import specviz.cli as cli  # noqa: E402
 from specviz.api import Trace  # noqa: E402
@@ -44,8 +45,7 @@ def cell(text: object) -> str:
 
 
 def markdown(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
+    return table(header, [[cell(c) for c in row] for row in rows])
 
 
 def code(text: object) -> str:
