@@ -251,7 +251,8 @@ def test_a_token_trees_microscope_opens_on_any_node(page):
     choice.press("Enter")
     assert choice.input_value() == label
     page.click("#explore-open-example")
-    page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded')", timeout=60_000)
+    page.wait_for_function(f"document.querySelector('#explore-status').innerText.includes(\"Loaded trace '{label}'\")",
+                           timeout=60_000)
     step = next(e for e in data["steps"] if e.get("tree") and any(n["accepted"] is False for n in e["tree"]["nodes"]))
     go_to_step(page, "explore", step["step"])
     for i, node in enumerate(step["tree"]["nodes"]):
@@ -346,7 +347,9 @@ def test_a_32_node_tree_is_drawn_inside_its_panel_and_every_depth_opens_its_card
 
     page.get_by_role("tab", name="Explore").click()
     page.set_input_files("#explore-trace-upload input[type=file]", str(trace_path))
-    page.wait_for_function("document.querySelector('#explore-status').innerText.includes('Loaded trace')", timeout=60_000)
+    # the previous test opened an example trace: wait for this file's status, not any "Loaded trace"
+    page.wait_for_function("document.querySelector('#explore-status').innerText.includes(\"Loaded trace 'tree.json'\")",
+                           timeout=60_000)
     go_to_step(page, "explore", step["step"])
     # the panel redraws after the upload: wait for this trace's tree, not a step an earlier test left in the panel
     page.wait_for_function("document.querySelectorAll('#explore-microscope .sv-tree-box svg a rect').length === 32", timeout=30_000)
