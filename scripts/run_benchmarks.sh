@@ -14,6 +14,7 @@
 #   standard*          results/bench_eagle3 .csv .md
 #   all-prompts*       results/bench_all_prompts_eagle3 .csv .md
 #   heads*             results/heads .csv .md
+#   defaults*          results/defaults .csv .md (the candidates for a first run's defaults; docs/benchmarks.md)
 #   policies*          results/policies_eagle3 .csv .md
 #   selection*         results/selection_eagle3 .csv .md
 #   chains*            results/chains .csv .md
@@ -46,7 +47,7 @@ PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
 REPEATS=${REPEATS:-2}
 JUDGE_TOKENS=${JUDGE_TOKENS:-48}
-STEPS=${STEPS:-"predictor standard all-prompts heads policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
+STEPS=${STEPS:-"predictor standard all-prompts heads defaults policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 head_agreement() {  # prints the report: head-v1, the bundled head after its first run (commit a654e23) as head_v2, the bundled head
@@ -84,6 +85,7 @@ for step in $STEPS; do
     all-prompts) $PY -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" \
       --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts_eagle3 ;;
     heads) $PY -m specviz bench --configs heads --per-category 0 --max-new-tokens 64 --repeats 2 --out results/heads ;;
+    defaults) $PY -m specviz bench --configs defaults --per-category 0 --max-new-tokens 64 --out results/defaults ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
       --out results/policies_eagle3 ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \

@@ -9,12 +9,13 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
+from specviz.analysis.cost_model import predict_run
 from specviz.analysis.quality import is_correct, quality_table, speed_quality_svg, target_logprob
 from specviz.analysis.suites import load_suite
 from specviz.analysis.theory import insertion_helps, run_theory
@@ -24,6 +25,7 @@ from specviz.core.registry import GAMMA_POLICIES
 from specviz.core.timing import Stopwatch
 from specviz.models.backends.cpu import is_packed
 from specviz.models.loading import describe_hardware
+from specviz.models.presets import resolve_preset
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
@@ -146,18 +148,42 @@ def tree_configs(max_new_tokens: int, drafts: tuple[str, ...] = ("head", "draft-
                   for kind in ("dynamic", "static") for n in budgets])]]
 
 
+def default_candidates(max_new_tokens: int, draft: str = "head") -> list[BenchConfig]:
+    """AR, then the candidates for the defaults of a first run on the offline preset: the draft at fixed γ 1–3, the
+    adaptive γ policies (``online`` from γ = 1 and 3) and a small tree; :func:`default_row` names the defaults' row."""
+    def sd(**kw) -> DecodeConfig:
+        return DecodeConfig(method="sd", draft=draft, max_new_tokens=max_new_tokens, **kw)
+
+    rows = [(f"{draft} fixed γ={g}", sd(gamma=g)) for g in (1, 2, 3)]
+    rows += [(f"{draft} online from γ={g}", sd(gamma=g, gamma_policy="online")) for g in (1, 3)]
+    rows += [(f"{draft} {p} from γ=3", sd(gamma=3, gamma_policy=p)) for p in ("fsm", "hf-heuristic")]
+    rows += [(f"{draft} dynamic tree 4", sd(tree_nodes=4))]
+    return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)), *[BenchConfig(*row) for row in rows]]
+
+
+def default_row(configs: list[BenchConfig]) -> str | None:
+    """The label of the row whose settings are ``DecodeConfig``'s defaults (its draft the default preset's), apart from
+    the token count; None when no row is."""
+    base = DecodeConfig()
+    for cfg in configs:
+        defaults = replace(base, max_new_tokens=cfg.decode.max_new_tokens, draft=base.draft or resolve_preset(base.preset).default_draft)
+        if cfg.decode == defaults:
+            return cfg.label
+    return None
+
+
 CONFIG_SETS: dict[str, Callable[[int], list[BenchConfig]]] = {"standard": standard_configs, "policies": policy_configs,
                                                               "chains": chain_configs, "judge": judge_configs,
                                                               "judge-head": partial(judge_configs, draft="head"),
                                                               "selection": selection_configs, "heads": head_configs,
-                                                              "trees": tree_configs}
+                                                              "trees": tree_configs, "defaults": default_candidates}
 
 
 def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
     run = prepare(cfg.decode, prompt, bank)
     events = list(run.events(record=False))  # nothing display-only is read inside the timed steps
     ids = [t for e in events for t in e.emitted_ids]
-    result = {**summarize(events), "token_ids": ids, "theory": run_theory(events),
+    result = {**summarize(events), "token_ids": ids, "theory": run_theory(events), "events": events,
               "text": run.tokenizer.decode(ids, skip_special_tokens=True)}
     if cfg.quality:
         result["target_logprob"] = target_logprob(run.target.lm, run.prompt_ids, ids)
@@ -237,6 +263,7 @@ def run_benchmark(suite: str, config_set: str, per_category: int, max_new_tokens
                 "engine_overhead_frac": round(r.get("engine_overhead_frac", float("nan")), 4),
                 "per_position_accept": json.dumps([round(x, 3) for x in r.get("per_position_accept", [])]),
                 **theory_columns(r.get("theory")),
+                "model_speedup": round(model_speedup(r, ar), 4),
                 "target_logprob": round(r.get("target_logprob", float("nan")), 4),
                 "correct": is_correct(r.get("text", ""), item["expected"]) if "expected" in item else "",
             })
@@ -263,6 +290,30 @@ def theory_columns(theory: dict | None) -> dict:
     levels = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in lv.items()} for lv in theory["levels"]]
     return {"predicted_tokens_per_s": round(theory["predicted_tokens_per_s"] or float("nan"), 3),
             "decode_tokens_per_s": round(theory["measured_tokens_per_s"] or float("nan"), 3), "levels": json.dumps(levels)}
+
+
+def model_speedup(run: dict, ar: dict) -> float:
+    """The cost model's predicted speedup of ``run`` (:func:`specviz.analysis.cost_model.predict_run`), its verify cost
+    measured against the AR run on the same prompt; NaN for a run that never drafted."""
+    t1 = ar["verify_ms"] / ar["target_forwards"] if ar.get("target_forwards") else None
+    prediction = predict_run(run.get("events") or [], t1)
+    return prediction["predicted_speedup"] if prediction else float("nan")
+
+
+def model_table(rows: list[dict], labels: list[str], tolerance: float = 0.15) -> list[dict]:
+    """Per speculative configuration: the cost model's predicted speedup against the measured one (medians over
+    prompts), the median per-prompt error and the share of prompts whose measured speedup is within ``tolerance``."""
+    out = []
+    for label in labels:
+        rs = [r for r in rows if r["config"] == label and r["model_speedup"] == r["model_speedup"]]
+        if not rs:
+            continue
+        errors = [r["speedup"] / r["model_speedup"] - 1 for r in rs]
+        out.append({"config": label, "predicted speedup": statistics.median(r["model_speedup"] for r in rs),
+                    "measured speedup": statistics.median(r["speedup"] for r in rs),
+                    "median error %": 100 * statistics.median(errors),
+                    f"prompts within {tolerance:.0%}": f"{sum(abs(e) <= tolerance for e in errors)}/{len(rs)}"})
+    return out
 
 
 def theory_table(rows: list[dict], labels: list[str]) -> list[dict]:
@@ -400,6 +451,13 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
                   "decode tok/s of the same run (prefill excluded on both sides).", "",
                   markdown(theory_table(rows, labels)), "", "## Insertions (Theorem 3.2)", "",
                   markdown(insertion_table(rows, configs)), ""]
+    if model := model_table(rows, labels):
+        parts += ["## Cost model against measurement", "",
+                  "Predicted speedup = E[tokens per step] / (γ·c + T(k)/T(1)) per step (`specviz/analysis/cost_model.py`): "
+                  "E from the run's per-depth acceptance, c its draft ms per token, T(k) its verify ms per forward of k "
+                  "rows, T(1) the AR run's on the same prompt. Measured = the tok/s ratio above (prefill and engine "
+                  "overhead included, which the model leaves out). Error = measured / predicted − 1.", "",
+                  markdown(model), ""]
     for cat in categories:
         parts += [f"## {cat}", "", markdown(summary_table([r for r in rows if r["category"] == cat], labels)), ""]
     out.with_suffix(".md").write_text("\n".join(parts))

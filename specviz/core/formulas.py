@@ -3,20 +3,29 @@ acceptance estimate and the capped-geometric acceptance length (polybasic Theore
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def expected_tokens(acc: float, gamma: int) -> float:
     """(1 − α^{γ+1}) / (1 − α): tokens per step with i.i.d. acceptance α, bonus token included."""
     return gamma + 1.0 if acc >= 1 else (1 - acc ** (gamma + 1)) / (1 - acc)
 
 
-def speedup(acc: float, c: float, gamma: int) -> float:
-    """S(γ) = (1 − α^{γ+1}) / ((1 − α)(γc + 1)), with c = draft cost / target cost."""
-    return expected_tokens(acc, gamma) / (gamma * c + 1)
+def step_speedup(tokens_per_step: float, draft: float, verify: float) -> float:
+    """A step's speedup over AR: the tokens it emits over its cost in one-token target steps, ``draft`` for drafting
+    and ``verify`` = T(k)/T(1) for the target's forward over k fed rows."""
+    return tokens_per_step / (draft + verify)
 
 
-def best_gamma(acc: float, c: float, gamma_max: int) -> int:
-    """The γ in 0..γ_max with the highest :func:`speedup`."""
-    return max(range(gamma_max + 1), key=lambda g: speedup(acc, c, g))
+def speedup(acc: float, c: float, gamma: int, verify: float = 1.0) -> float:
+    """S(γ) = (1 − α^{γ+1}) / ((1 − α)(γc + T(γ+1)/T(1))), with c = draft time per token / T(1) and ``verify`` =
+    T(γ+1)/T(1), the verify's cost over γ + 1 rows against a one-token step (1: the classic formula)."""
+    return step_speedup(expected_tokens(acc, gamma), gamma * c, verify)
+
+
+def best_gamma(acc: float, c: float, gamma_max: int, verify: Callable[[int], float] = lambda k: 1.0) -> int:
+    """The γ in 0..γ_max with the highest :func:`speedup`, ``verify(k)`` = T(k)/T(1)."""
+    return max(range(gamma_max + 1), key=lambda g: speedup(acc, c, g, verify(g + 1)))
 
 
 def censored_acceptance(accepted: float, rejections: float) -> float | None:

@@ -40,6 +40,11 @@ class Preset:
         """The target's display name: the last part of its source."""
         return self.target.rsplit("/", 1)[-1]
 
+    @property
+    def default_draft(self) -> str:
+        """The draft a run uses when none is named: the preset's first, else the n-gram drafter."""
+        return next(iter(self.drafts), NGramDrafter.name)
+
 
 PRESETS: dict[str, Preset] = {
     OFFLINE_PRESET: Preset(

@@ -25,7 +25,7 @@ from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
 from specviz.models.loading import check_shared_vocab, shared_vocab_size
-from specviz.models.presets import NGRAM_DRAFT, Preset, check_access, resolve_draft, resolve_preset
+from specviz.models.presets import Preset, check_access, resolve_draft, resolve_preset
 from specviz.models.prompts import encode_prompt, stop_ids_of
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
@@ -165,7 +165,7 @@ def run_drafts(config: DecodeConfig, preset: Preset) -> list[tuple[str, str]]:
     preset's first by default); none for AR."""
     if config.method != "sd":
         return []
-    names = config.chain or config.select or [config.draft or next(iter(preset.drafts), NGRAM_DRAFT)]
+    names = config.chain or config.select or [config.draft or preset.default_draft]
     return [(name, resolve_draft(preset, name)) for name in names]
 
 

@@ -1,57 +1,84 @@
-"""Explain tab: the speedup formula of standard speculative decoding as an interactive plot,
-with the last Explore run's measured acceptance and cost ratio placed on it (predicted vs measured)."""
+"""Explain tab: the speedup formula, with the verify's measured cost, as an interactive plot, and the last Explore run's
+prediction (from its per-depth acceptance, draft cost and verify cost) against what it measured."""
 
 from __future__ import annotations
 
 import html
-import statistics
 
 import gradio as gr
 
+from specviz.analysis.cost_model import VerifyCost, predict_run
 from specviz.ui.state import ensure_session
 from specviz.viz import charts
 from specviz.viz.render import status_html
 
 FORMULA = r"""
-With per-token acceptance **α** (i.i.d.), γ drafted tokens per step and **c** = (draft time per token) / (target time per forward):
+A step drafts γ tokens (or a token tree of γ nodes), then the target verifies the k = γ + 1 fed rows in one forward. With
+per-token acceptance **α** (i.i.d.), **c** = draft time per token ÷ T(1), the time of a one-token target step, and
+**r(k)** = T(k) / T(1), the verify's cost over k rows measured on the machine:
 
-$$E[\text{tokens per step}] = \frac{1-\alpha^{\gamma+1}}{1-\alpha} \qquad S(\gamma) = \frac{1-\alpha^{\gamma+1}}{(1-\alpha)(\gamma c+1)}$$
+$$E = \frac{1-\alpha^{\gamma+1}}{1-\alpha} \text{ tokens per step} \qquad S(\gamma) = \frac{E}{\gamma c + r(\gamma+1)}$$
 
-Some γ gives a speedup (S > 1) exactly when α > c. Measured points come from your last Explore run: α = accepted / drafted
-tokens, c = mean draft ms per drafted token ÷ mean verify ms per target forward, tokens per step = emitted tokens per target
-forward (steps where the drafter proposed nothing count as 1), speedup = tok/s ÷ the AR baseline's tok/s on the same prompt.
-The model ignores overhead and prefill, so measured points sit a little below the curve.
+With r = 1 (verifying treated as free) this is the classic formula, where some γ gives a speedup exactly when α > c; the
+measured r(k) moves the best γ down wherever a wider verify costs more. For your last Explore run the model reads
+everything from the run: tokens per step from its per-depth acceptance a_d (a step drafting D deep emits
+1 + Σ_{d≤D} Π_{j≤d} a_j: a tree's accepted path, a chain's accepted prefix), c from its draft time, and r(k) from its
+verify time against its AR baseline's T(1) (without a baseline, from the committed profile). It leaves out prefill and
+the engine's own overhead, so measured points sit a little below their prediction.
 """
 
 
-def measured_from(session: dict | None) -> charts.Measured | None:
-    """α, c, mean γ, tokens per step and speedup of the last speculative Explore run (None if there is none)."""
+def verify_cost(session: dict | None) -> VerifyCost:
+    """r(k) for the curves: the last run's own T(k)/T(1) where it measured one, the committed profile elsewhere."""
+    profile = VerifyCost.load()
+    prediction = run_prediction(session)
+    if prediction and prediction["verify_source"] != profile.source:
+        return VerifyCost({**profile.points, **prediction["verify_ratio"]}, "this run and " + profile.source)
+    return profile
+
+
+def run_prediction(session: dict | None) -> dict | None:
+    """The cost model's prediction for the last speculative Explore run (None without one)."""
     last = ensure_session(session).get("last")
-    if not last or last["config"]["method"] != "sd":
+    if not last or last["config"]["method"] != "sd" or not last.get("events"):
         return None
-    m = last["metrics"]
-    if not m.get("drafted") or not m.get("target_forwards") or not m.get("verify_ms"):
-        return None
-    c = (m["draft_ms"] / m["drafted"]) / (m["verify_ms"] / m["target_forwards"])
-    gammas = [e["gamma"] for e in last["events"] if e["gamma"] > 0] or [last["config"]["gamma"]]
-    return charts.Measured(m["accept_rate"], c, statistics.mean(gammas), m["mean_accept_len"], last.get("speedup"),
-                           f"run #{last.get('run', '?')}")
+    ar = (last.get("ar") or {}).get("metrics") or {}
+    t1 = ar["verify_ms"] / ar["target_forwards"] if ar.get("target_forwards") else None
+    return predict_run(last["events"], t1)
 
 
-def summary_markdown(alpha: float, c: float, gamma_max: int, measured: charts.Measured | None) -> str:
-    g = charts.best_gamma(alpha, c, gamma_max)
-    verdict = "a speedup is possible" if alpha > c else "no γ gives a speedup (α ≤ c)"
-    lines = [f"**Sliders:** α = {alpha:.2f}, c = {c:.3f} → {verdict}; best γ* = {g} with S = {charts.speedup(alpha, c, g):.2f}× "
-             f"and {charts.expected_tokens(alpha, g):.2f} tokens per step."]
-    if measured is None:
+def measured_from(session: dict | None) -> charts.Measured | None:
+    """α, c, mean γ, tokens per step, speedup and the predicted speedup of the last speculative Explore run (None if
+    there is none)."""
+    last = ensure_session(session).get("last")
+    prediction = run_prediction(session)
+    if prediction is None:
+        return None
+    m, tree = last["metrics"], bool(last["config"].get("tree_nodes"))
+    return charts.Measured(m["accept_rate"], prediction["c"], prediction["mean_rows"] - 1, m["mean_accept_len"], last.get("speedup"),
+                           prediction["predicted_speedup"], tree, f"run #{last.get('run', '?')}")
+
+
+def summary_markdown(alpha: float, c: float, gamma_max: int, measured: charts.Measured | None,
+                     verify: VerifyCost | None = None, prediction: dict | None = None) -> str:
+    verify = verify or VerifyCost.load()
+    g = charts.best_gamma(alpha, c, gamma_max, verify)
+    verdict = "a speedup is possible" if g > 0 else "no γ gives a speedup at this cost"
+    lines = [f"**Sliders:** α = {alpha:.2f}, c = {c:.3f} → {verdict}; best γ* = {g} with S = "
+             f"{charts.speedup(alpha, c, g, verify(g + 1)):.2f}× and {charts.expected_tokens(alpha, g):.2f} tokens per step "
+             f"(verifying free: γ* = {charts.best_gamma(alpha, c, gamma_max)}). r(k) = T(k)/T(1): "
+             + ", ".join(f"{k}: {verify(k):.2f}" for k in (2, 3, 4, 5, 9)) + f" ({verify.source})."]
+    if measured is None or prediction is None:
         lines.append("**Measured:** none yet: run a speculative decode in the Explore tab, then come back (or press the button).")
-    else:
-        g_run = round(measured.gamma)
-        pred, pred_tokens = charts.speedup(measured.alpha, measured.c, g_run), charts.expected_tokens(measured.alpha, g_run)
-        speed = f"{measured.speedup:.2f}×" if measured.speedup is not None else "not measured (no AR baseline)"
-        lines.append(f"**Measured ({measured.label}):** α = {measured.alpha:.2f}, c = {measured.c:.3f}, mean γ = {measured.gamma:.1f}; "
-                     f"tokens per step {measured.tokens_per_step:.2f} (predicted {pred_tokens:.2f}); "
-                     f"speedup {speed} (predicted {pred:.2f}×).")
+        return "\n\n".join(lines)
+    rows = ", ".join(f"r({k}) = {r:.2f}" for k, r in prediction["verify_ratio"].items())
+    shape = (f"token tree of {measured.gamma:.0f} nodes" if measured.tree else f"mean γ = {measured.gamma:.1f}")
+    depth = " ".join(f"{a:.2f}" for a in prediction["per_depth_acceptance"])
+    speed = (f"measured **{measured.speedup:.2f}×**, {100 * (measured.speedup / measured.predicted - 1):+.0f}% from the prediction"
+             if measured.speedup is not None else "not measured (no AR baseline)")
+    lines.append(f"**Measured ({measured.label}):** {shape}; per-depth acceptance {depth}; tokens per step "
+                 f"{measured.tokens_per_step:.2f} (predicted {prediction['tokens_per_step']:.2f}); c = {measured.c:.3f}; "
+                 f"{rows} ({prediction['verify_source']}). Speedup: predicted **{measured.predicted:.2f}×**, {speed}.")
     return "\n\n".join(lines)
 
 
@@ -102,10 +129,11 @@ def theory_figure_of(session: dict | None):
 def explain_update(alpha: float, c: float, gamma_max: float, session: dict | None) -> tuple:
     """Plot, numbers and the polybasic section for the slider values (and the last run, when there is one)."""
     try:
-        measured = measured_from(session)
+        measured, verify = measured_from(session), verify_cost(session)
         gmax = max(1, int(gamma_max or 1))
         a, cost = min(max(float(alpha), 0.0), 0.999), max(float(c), 0.0)
-        return (charts.theory_figure(a, cost, gmax, measured), summary_markdown(a, cost, gmax, measured), theory_html(session),
+        return (charts.theory_figure(a, cost, gmax, measured, verify),
+                summary_markdown(a, cost, gmax, measured, verify, run_prediction(session)), theory_html(session),
                 theory_figure_of(session))
     except Exception as exc:  # a plot must never take the page down
         return gr.skip(), f"⚠ could not draw the plot: {exc}", gr.skip(), gr.skip()
@@ -128,7 +156,8 @@ def build_explain_tab(session: gr.State) -> tuple:
         c = gr.Slider(0, 1, value=0.05, step=0.005, label="c: draft cost / target cost", elem_id="explain-c")
         gamma_max = gr.Slider(1, 32, value=12, step=1, label="γ max", elem_id="explain-gmax")
     use = gr.Button("Use the measured α and c of my last Explore run")
-    plot = gr.Plot(charts.theory_figure(0.7, 0.05, 12), label="Expected tokens per step and speedup vs γ", elem_id="explain-plot")
+    plot = gr.Plot(charts.theory_figure(0.7, 0.05, 12, verify=VerifyCost.load()), label="Expected tokens per step and speedup vs γ",
+                   elem_id="explain-plot")
     numbers = gr.Markdown(summary_markdown(0.7, 0.05, 12, None), elem_id="explain-numbers")
     gr.Markdown("### Polybasic theory: predicted vs measured")
     theory = gr.HTML(theory_html(None), elem_id="explain-theory")

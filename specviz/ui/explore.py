@@ -194,7 +194,8 @@ def trace_frames(path: str | Path | None, name: str, session: dict) -> tuple:
     session["views"][VIEW] = {**data, "follow": True}
     session["last"] = {"label": f"trace {name}", "config": data["config"], "events": data["steps"], "metrics": data["metrics"],
                        "text": data["text"], "token_ids": data["token_ids"], "theory": data["theory"], "run": f"trace {name}",
-                       "finished_at": "", "speedup": trace.speedup}
+                       "finished_at": "", "speedup": trace.speedup,
+                       "ar": data["baseline"] and {"metrics": data["baseline"]["metrics"], "token_ids": data["baseline"]["token_ids"]}}
     base = data["baseline"]
     dyn = charts.dynamics_figure(charts.dynamics_from_events(data["steps"], data["metrics"], base["metrics"] if base else None))
     rows = [step_row(e, [s for s in trace.spans if s.step == e["step"]]) for e in data["steps"]]

@@ -6,7 +6,7 @@ plotly's per-property validation; the tests validate every spec once with plotly
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -160,59 +160,82 @@ def dynamics_figure(d: Dynamics) -> go.Figure:
 
 @dataclass
 class Measured:
-    """A finished run's numbers placed on the theory plot."""
+    """A finished run's numbers placed on the theory plot: α, c (draft time per token / T(1)), the mean γ (a tree: its
+    node budget), tokens per step, the measured speedup and the cost model's predicted one."""
 
     alpha: float
     c: float
     gamma: float
     tokens_per_step: float
     speedup: float | None
+    predicted: float | None = None
+    tree: bool = False
     label: str = "last Explore run"
 
 
-def theory_spec(alpha: float, c: float, gamma_max: int, measured: Measured | None = None) -> dict:
+Cost = Callable[[int], float]
+
+
+def free_verify(k: int) -> float:
+    return 1.0
+
+
+def theory_spec(alpha: float, c: float, gamma_max: int, measured: Measured | None = None, verify: Cost = free_verify) -> dict:
+    """Expected tokens per step and the speedup S(γ) with the verify's cost ``verify(k)`` = T(k)/T(1) for k fed rows,
+    beside the classic curve that takes verifying as free; the last run's measured and predicted points."""
     gs = list(range(gamma_max + 1))
+    s = [speedup(alpha, c, g, verify(g + 1)) for g in gs]
     data = [
         {"type": "scatter", "mode": "lines+markers", "x": gs, "y": [expected_tokens(alpha, g) for g in gs],
          "name": f"E[tokens/step], α={alpha:.2f}", "line": {"color": PALETTE[0]}, "xaxis": "x", "yaxis": "y"},
-        {"type": "scatter", "mode": "lines+markers", "x": gs, "y": [speedup(alpha, c, g) for g in gs],
-         "name": f"S(γ), α={alpha:.2f}, c={c:.3f}", "line": {"color": PALETTE[1]}, "xaxis": "x2", "yaxis": "y2"},
+        {"type": "scatter", "mode": "lines+markers", "x": gs, "y": s, "name": f"S(γ), α={alpha:.2f}, c={c:.3f}, measured T(k)/T(1)",
+         "line": {"color": PALETTE[1]}, "xaxis": "x2", "yaxis": "y2"},
+        {"type": "scatter", "mode": "lines", "x": gs, "y": [speedup(alpha, c, g) for g in gs], "name": "S(γ) if verifying were free",
+         "line": {"color": PALETTE[1], "dash": "dot", "width": 1}, "opacity": 0.6, "xaxis": "x2", "yaxis": "y2"},
         {"type": "scatter", "mode": "lines", "x": [0, gamma_max], "y": [1, 1], "name": "S = 1 (break-even)",
          "line": {"color": AR_COLOUR, "dash": "dash"}, "xaxis": "x2", "yaxis": "y2"},
     ]
-    g_star = best_gamma(alpha, c, gamma_max)
-    data.append({"type": "scatter", "mode": "markers", "x": [g_star], "y": [speedup(alpha, c, g_star)], "name": f"best γ* = {g_star}",
+    g_star = best_gamma(alpha, c, gamma_max, verify)
+    data.append({"type": "scatter", "mode": "markers", "x": [g_star], "y": [s[g_star]], "name": f"best γ* = {g_star}",
                  "marker": {"symbol": "star", "size": 14, "color": PALETTE[1]}, "xaxis": "x2", "yaxis": "y2"})
     if measured is not None:
-        data += _measured_traces(measured, gs)
-    layout = {**BASE_LAYOUT, "height": 460, "title": {"text": "Standard speculative decoding: theory (i.i.d. acceptance)"},
-              "margin": {"l": 55, "r": 20, "t": 50, "b": 110}, "legend": {"orientation": "h", "y": -0.2, "yanchor": "top"},
-              "xaxis": {"domain": [0, 0.45], "title": {"text": "γ (drafted tokens per step)"}},
+        data += _measured_traces(measured, gs, verify)
+    layout = {**BASE_LAYOUT, "height": 460, "title": {"text": "Speculative decoding: theory with the verify's measured cost"},
+              "margin": {"l": 55, "r": 20, "t": 50, "b": 130}, "legend": {"orientation": "h", "y": -0.2, "yanchor": "top"},
+              "xaxis": {"domain": [0, 0.45], "title": {"text": "γ (drafted tokens or tree nodes per step)"}},
               "yaxis": {"title": {"text": "expected tokens per target forward"}, "rangemode": "tozero"},
               "xaxis2": {"domain": [0.55, 1], "anchor": "y2", "title": {"text": "γ"}},
               "yaxis2": {"anchor": "x2", "title": {"text": "speedup over AR"}, "rangemode": "tozero"}}
     return {"data": data, "layout": layout}
 
 
-def _measured_traces(m: Measured, gs: list[int]) -> list[dict]:
+def _measured_traces(m: Measured, gs: list[int], verify: Cost) -> list[dict]:
+    mark = {"symbol": "diamond", "size": 13, "color": PALETTE[2], "line": {"width": 1.5, "color": "#111"}}
+    what = "tree" if m.tree else "run"
     traces = [
-        {"type": "scatter", "mode": "lines", "x": gs, "y": [expected_tokens(m.alpha, g) for g in gs],
-         "name": f"predicted from measured α={m.alpha:.2f}", "line": {"color": PALETTE[2], "dash": "dot"}, "xaxis": "x", "yaxis": "y"},
         {"type": "scatter", "mode": "markers", "x": [m.gamma], "y": [m.tokens_per_step], "name": f"measured ({m.label})",
-         "marker": {"symbol": "diamond", "size": 13, "color": PALETTE[2], "line": {"width": 1.5, "color": "#111"}},
-         "xaxis": "x", "yaxis": "y"},
-        {"type": "scatter", "mode": "lines", "x": gs, "y": [speedup(m.alpha, m.c, g) for g in gs],
-         "name": f"predicted from measured α, c={m.c:.3f}", "line": {"color": PALETTE[2], "dash": "dot"}, "xaxis": "x2", "yaxis": "y2"},
+         "marker": mark, "xaxis": "x", "yaxis": "y"},
     ]
+    if not m.tree:  # a chain's i.i.d. curves; a tree's tokens per step follow its per-depth acceptance, not α
+        traces += [
+            {"type": "scatter", "mode": "lines", "x": gs, "y": [expected_tokens(m.alpha, g) for g in gs],
+             "name": f"predicted from measured α={m.alpha:.2f}", "line": {"color": PALETTE[2], "dash": "dot"}, "xaxis": "x", "yaxis": "y"},
+            {"type": "scatter", "mode": "lines", "x": gs, "y": [speedup(m.alpha, m.c, g, verify(g + 1)) for g in gs],
+             "name": f"predicted from measured α, c={m.c:.3f}", "line": {"color": PALETTE[2], "dash": "dot"}, "xaxis": "x2", "yaxis": "y2"},
+        ]
+    if m.predicted is not None:
+        traces.append({"type": "scatter", "mode": "markers", "x": [m.gamma], "y": [m.predicted],
+                       "name": f"cost model's prediction ({what})",
+                       "marker": {"symbol": "x-thin", "size": 16, "color": PALETTE[3], "line": {"width": 3, "color": PALETTE[3]}},
+                       "xaxis": "x2", "yaxis": "y2"})
     if m.speedup is not None:
         traces.append({"type": "scatter", "mode": "markers", "x": [m.gamma], "y": [m.speedup], "name": f"measured speedup ({m.label})",
-                       "marker": {"symbol": "diamond", "size": 13, "color": PALETTE[2], "line": {"width": 1.5, "color": "#111"}},
-                       "xaxis": "x2", "yaxis": "y2"})
+                       "marker": mark, "xaxis": "x2", "yaxis": "y2"})
     return traces
 
 
-def theory_figure(alpha: float, c: float, gamma_max: int, measured: Measured | None = None) -> go.Figure:
-    return figure(theory_spec(alpha, c, gamma_max, measured))
+def theory_figure(alpha: float, c: float, gamma_max: int, measured: Measured | None = None, verify: Cost = free_verify) -> go.Figure:
+    return figure(theory_spec(alpha, c, gamma_max, measured, verify))
 
 
 def empty_figure(message: str, height: int = 300) -> go.Figure:

@@ -5,8 +5,9 @@ import pickle
 import plotly.graph_objects as go
 import pytest
 
+from specviz.analysis.cost_model import VerifyCost
 from specviz.analysis.theory import run_theory
-from specviz.ui.explain import measured_from, summary_markdown, theory_html
+from specviz.ui.explain import measured_from, run_prediction, summary_markdown, theory_html, verify_cost
 from specviz.ui.state import new_session
 from specviz.viz import charts
 
@@ -46,8 +47,15 @@ def test_theory_formula_matches_the_design():
     for alpha in (0.1, 0.3, 0.6, 0.9):
         for c in (0.02, 0.2, 0.5, 0.95):
             assert (charts.best_gamma(alpha, c, 16) > 0) == (alpha > c)
-    go.Figure(charts.theory_spec(0.7, 0.05, 12, charts.Measured(0.6, 0.03, 4, 2.2, 1.4)))
-    go.Figure(charts.theory_spec(0.7, 0.05, 12, charts.Measured(0.6, 0.03, 4, 2.2, None)))
+    cliff = VerifyCost({2: 1.0, 5: 2.0})
+    for measured in (charts.Measured(0.6, 0.03, 4, 2.2, 1.4, 1.5), charts.Measured(0.6, 0.03, 4, 2.2, None),
+                     charts.Measured(0.6, 0.03, 8, 2.6, 1.1, 1.2, tree=True)):
+        spec = charts.theory_spec(0.7, 0.05, 12, measured, cliff)
+        go.Figure(spec)
+        names = [t["name"] for t in spec["data"]]
+        assert ("cost model's prediction (tree)" in names) == measured.tree and ("predicted from measured α=0.60" in names) != measured.tree
+    curve = next(t for t in charts.theory_spec(0.7, 0.05, 12, None, cliff)["data"] if "measured T(k)/T(1)" in t["name"])
+    assert curve["y"][4] == pytest.approx(charts.speedup(0.7, 0.05, 4, 2.0))
     go.Figure(charts.empty_figure("waiting"))
 
 
@@ -55,13 +63,18 @@ def test_explain_uses_only_real_measurements():
     session = new_session()
     assert measured_from(session) is None and "none yet" in summary_markdown(0.7, 0.05, 12, None)
     assert "Run something in the Explore tab" in theory_html(session)
+    steps = [{"gamma": 4, "draft_ids": [1] * 4, "accepted": k, "tree": None, "draft_ms": 2.0, "verify_ms": 55.0} for k in (4, 1, 0)]
     session["last"] = {"config": {"method": "sd", "gamma": 4}, "run": 3, "speedup": 1.3, "theory": None,
-                       "events": [{"gamma": 4}, {"gamma": 0}],
-                       "metrics": {"drafted": 8, "accept_rate": 0.5, "draft_ms": 8.0, "verify_ms": 200.0, "target_forwards": 4,
-                                   "mean_accept_len": 2.0}}
-    m = measured_from(session)
-    assert (m.alpha, m.c, m.gamma, m.speedup) == (0.5, pytest.approx(0.02), 4, 1.3)
-    assert "run #3" in summary_markdown(0.7, 0.05, 12, m)
+                       "events": [*steps, {"gamma": 0, "draft_ids": [], "accepted": 0, "tree": None, "draft_ms": 0.0, "verify_ms": 35.0}],
+                       "metrics": {"drafted": 12, "accept_rate": 5 / 12, "draft_ms": 6.0, "verify_ms": 200.0, "target_forwards": 4,
+                                   "mean_accept_len": 2.0},
+                       "ar": {"metrics": {"verify_ms": 500.0, "target_forwards": 10}}}
+    m, prediction = measured_from(session), run_prediction(session)
+    assert (m.alpha, m.c, m.gamma, m.speedup) == (5 / 12, pytest.approx(6.0 / 12 / 50), 3, 1.3)
+    assert prediction["verify_ratio"] == {1: pytest.approx(0.7), 5: pytest.approx(1.1)} and m.predicted == prediction["predicted_speedup"]
+    shown = summary_markdown(0.7, 0.05, 12, m, verify_cost(session), prediction)
+    assert "run #3" in shown and f"predicted **{m.predicted:.2f}×**" in shown and "r(5) = 1.10" in shown
+    assert verify_cost(session)(5) == pytest.approx(1.1)  # the run's own cost where it measured one
     session["last"]["theory"] = chain_theory()
     shown = theory_html(session)
     assert "Run #3" in shown and "Lemma 3.1 predicts" in shown and "Theorem 3.2" in shown and "Theorem 3.3" in shown
