@@ -33,7 +33,7 @@ def main(per_category: int, output: str) -> None:
              f"{len(prompts)} suite prompts, records on and off interleaved (rotated order), fastest of {ROUNDS} rounds each.\n",
              "| decoding | median wall-time ratio, records on / off | min | max |", "|---|---|---|---|"]
     for mode, sampling in (("greedy", {}), ("sampled (T 0.8, top-p 0.9)", {"temperature": 0.8, "top_p": 0.9, "seed": 1})):
-        config = DecodeConfig(draft="head", gamma=3, max_new_tokens=TOKENS, **sampling)
+        config = DecodeConfig(draft="head", gamma=3, gamma_policy="fixed", max_new_tokens=TOKENS, **sampling)
         decode_ms(config, prompts[0], bank, True)  # warm-up
         ratios = []
         for i, prompt in enumerate(prompts):

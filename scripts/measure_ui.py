@@ -36,7 +36,7 @@ def ui_run(client: Client) -> tuple[float, float]:
 
 
 def headless_run() -> float:
-    run = prepare(DecodeConfig(method="sd", draft=DRAFT, gamma=GAMMA, max_new_tokens=N), PROMPT, shared_models().bank)
+    run = prepare(DecodeConfig(method="sd", draft=DRAFT, gamma=GAMMA, gamma_policy="fixed", max_new_tokens=N), PROMPT, shared_models().bank)
     return summarize(list(run.events()))["tokens_per_s"]
 
 

@@ -81,6 +81,11 @@ def theory_errors(rs: list[dict]) -> list[float]:
     return [100 * abs(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] - 1) for r in rs]
 
 
+def model_errors(rs: list[dict]) -> list[float]:
+    """Per prompt: the measured speedup over the cost model's prediction, minus 1."""
+    return [r["speedup"] / r["model_speedup"] - 1 for r in rs]
+
+
 def accuracy(rs: list[dict]) -> float:
     return 100 * statistics.mean(r["correct"] for r in rs)
 
@@ -109,10 +114,19 @@ COLUMNS = {
     "len_vs_ref": ("accepted len ÷ {ref}", lambda rs, ref: mean(r["mean_accept_len"] for r in rs) / mean(r["mean_accept_len"] for r in ref),
                    "{:.2f}×"),
     "accuracy": ("accuracy %", lambda rs, ref: accuracy(rs), "{:.1f}"),
+    "model": ("cost model's speedup (median)", lambda rs, ref: statistics.median(r["model_speedup"] for r in rs), "{:.2f}×"),
+    "model_error": ("measured ÷ predicted − 1 (median)", lambda rs, ref: 100 * statistics.median(model_errors(rs)), "{:+.1f} %"),
+    "model_within": ("prompts within 15 %", lambda rs, ref: f"{sum(abs(e) <= 0.15 for e in model_errors(rs))}/{len(rs)}", "{}"),
     "delta": ("Δ accuracy vs {ref} (points)", lambda rs, ref: accuracy(rs) - accuracy(ref), "{:+.1f}"),
     "loglik": ("target log-lik / token", lambda rs, ref: mean(r["target_logprob"] for r in rs), "{:.2f}"),
 }
 
+DEFAULT_ROWS = ["head fixed γ=1", "head fixed γ=2", "head fixed γ=3", "head online from γ=1", "head online from γ=3",
+                "head fsm from γ=3", "head hf-heuristic from γ=3", "head dynamic tree 4"]
+"""The speculative rows of the defaults set (the model has nothing to predict for AR)."""
+COST_MODEL_ROWS = ["head chain γ=4 (5 rows)", "head dynamic tree 8 (9 rows)", "head static tree 8 (9 rows)",
+                   "head dynamic tree 12 (13 rows)", "draft-m chain γ=3 (4 rows)"]
+MODEL = ["config", "model", "speedup", "model_error", "model_within"]
 FULL = ["config", "tok_s", "speedup", "accept_len", "accept_rate", "positions", "split", "overhead", "same"]
 SPEED = ["config", "speedup", "summed", "accept_len", "same"]
 QUALITY = ["config", "accept_len", "len_vs_ref", "speedup", "accuracy", "delta", "loglik"]
@@ -125,8 +139,9 @@ TREE_PAIRS = [(f"{d} {kind} tree 4 (5 rows)", f"{d} chain γ=4 (5 rows)") for d 
 """Trees against chains that verify as many rows."""
 
 TABLES = {
-    "headline": dict(kind="summary", csv="heads", rows=["ar", "head-v1 γ=2", "head-v1 γ=3", "head γ=2", "head γ=3"],
-                     columns=["config", "tok_s", "speedup", "accept_len", "positions", "same"]),
+    "headline": dict(kind="summary", csv="defaults", rows=["ar", "head fixed γ=1", "head fixed γ=3", "head online from γ=1",
+                                                           "head hf-heuristic from γ=3", "head dynamic tree 4"],
+                     columns=["config", "tok_s", "speedup", "accept_len", "same"]),
     "all-prompts": dict(kind="summary", csv="bench_all_prompts", rows=ALL_PROMPT_ROWS, columns=FULL),
     "all-prompts-categories": dict(kind="categories", csv="bench_all_prompts", rows=ALL_PROMPT_ROWS),
     "all-prompts-peer": dict(kind="pairs", csv="bench_all_prompts", pairs=[("sd draft-m γ=3", "hf-assisted draft-m γ=3")]),
@@ -156,6 +171,10 @@ TABLES = {
     "judge-bundled": dict(kind="summary", csv="judge_confidence", columns=QUALITY),
     "judge-head-draft": dict(kind="summary", csv="judge_head_draft", columns=QUALITY),
     "trees": dict(kind="summary", csv="trees_all_prompts", columns=FULL),
+    "defaults": dict(kind="summary", csv="defaults", columns=["config", "tok_s", "speedup", "accept_len", "split", "same"]),
+    "defaults-categories": dict(kind="categories", csv="defaults"),
+    "cost-model": dict(kind="summary", csv="cost_model", ref="ar", rows=COST_MODEL_ROWS, columns=MODEL),
+    "cost-model-defaults": dict(kind="summary", csv="defaults", ref="ar", rows=DEFAULT_ROWS, columns=MODEL),
     "trees-pairs": dict(kind="pairs", csv="trees_all_prompts", pairs=TREE_PAIRS),
     "cuda-peer": dict(kind="pairs", csv="cuda/speed_bf16", accept=True, pairs=[
         ("engine ar", "hf generate (AR)"), ("engine sd early-4 γ=4", "hf-assisted early-4 γ=4"),

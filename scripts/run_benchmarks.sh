@@ -15,6 +15,7 @@
 #   all-prompts*       results/bench_all_prompts_eagle3 .csv .md
 #   heads*             results/heads .csv .md
 #   defaults*          results/defaults .csv .md (the candidates for a first run's defaults; docs/benchmarks.md)
+#   cost-model*        results/cost_model .csv .md (the cost model against chains and trees of other widths)
 #   policies*          results/policies_eagle3 .csv .md
 #   selection*         results/selection_eagle3 .csv .md
 #   chains*            results/chains .csv .md
@@ -47,7 +48,7 @@ PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
 REPEATS=${REPEATS:-2}
 JUDGE_TOKENS=${JUDGE_TOKENS:-48}
-STEPS=${STEPS:-"predictor standard all-prompts heads defaults policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
+STEPS=${STEPS:-"predictor standard all-prompts heads defaults cost-model policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 head_agreement() {  # prints the report: head-v1, the bundled head after its first run (commit a654e23) as head_v2, the bundled head
@@ -86,6 +87,8 @@ for step in $STEPS; do
       --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts_eagle3 ;;
     heads) $PY -m specviz bench --configs heads --per-category 0 --max-new-tokens 64 --repeats 2 --out results/heads ;;
     defaults) $PY -m specviz bench --configs defaults --per-category 0 --max-new-tokens 64 --out results/defaults ;;
+    cost-model) $PY -m specviz bench --configs trees --per-category 0 --max-new-tokens 64 --out results/cost_model \
+      --only "ar,head chain γ=4 (5 rows),head dynamic tree 8 (9 rows),head static tree 8 (9 rows),head dynamic tree 12 (13 rows),draft-m chain γ=3 (4 rows)" ;;
     policies) $PY -m specviz bench --configs policies --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
       --out results/policies_eagle3 ;;
     selection) $PY -m specviz bench --configs selection --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \

@@ -53,7 +53,7 @@ def record(out: Path) -> None:
 
     bank, rows, predictor = ModelBank(), [], AcceptancePredictor.load()
     for item in load_suite("all"):
-        config = DecodeConfig(method="sd", draft="head", gamma=3, max_new_tokens=NEW_TOKENS)
+        config = DecodeConfig(method="sd", draft="head", gamma=3, gamma_policy="fixed", max_new_tokens=NEW_TOKENS)
         run = prepare(config, item["prompt"], bank)
         answer = [t for e in run.events() for t in e.emitted_ids][:NEW_TOKENS]
         tokens = run.prompt_ids + answer

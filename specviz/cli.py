@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from specviz.analysis.advisor import LEVEL_GAMMA
 from specviz.bench.harness import CONFIG_SETS
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.core.policy import MAX_GAMMA
@@ -75,7 +76,7 @@ def build_parser() -> Parser:
     c = sub.add_parser("chain-advisor", help="measure the preset's models, rank chains by Lemma 3.1, run the best")
     c.add_argument("--preset", default=OFFLINE_PRESET, help="the preset whose target and drafts are measured")
     c.add_argument("--prompts", type=int, default=3, help="prompts to measure on, one per category (1–6)")
-    c.add_argument("--gamma", type=int, default=DecodeConfig.gamma, help=f"draft length of every level (1–{MAX_GAMMA})")
+    c.add_argument("--gamma", type=int, default=LEVEL_GAMMA, help=f"draft length of every level (1–{MAX_GAMMA})")
     c.add_argument("--max-new-tokens", type=int, default=48, help=f"tokens per run (1–{APP_MAX_NEW_TOKENS})")
     c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run (≥ 1)")
     f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")

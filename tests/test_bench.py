@@ -148,10 +148,10 @@ def test_write_results_writes_the_csv_and_per_category_tables(tmp_path):
 
 def test_peer_table_pairs_engine_rows_with_assisted_generation_on_the_same_draft_and_gamma(tmp_path):
     def sd(**kw):
-        return DecodeConfig(method="sd", draft="draft-s", gamma=4, **kw)
+        return DecodeConfig(**{"method": "sd", "draft": "draft-s", "gamma": 4, "gamma_policy": "fixed", **kw})
 
     configs = [BenchConfig("ar", DecodeConfig(method="ar")), BenchConfig("sd", sd()),
-               BenchConfig("hf", sd(), hf_assisted=True), BenchConfig("sd γ=2", DecodeConfig(method="sd", draft="draft-s", gamma=2)),
+               BenchConfig("hf", sd(), hf_assisted=True), BenchConfig("sd γ=2", sd(gamma=2)),
                BenchConfig("sd full", sd(full_draft_vocab=True)), BenchConfig("sd bf16", sd(dtype="bfloat16"))]
     rows = ROWS + [bench_row(label, pid, 1.0, 1.0, category="math" if pid == "p3" else "chat")
                    for label in ("sd γ=2", "sd full", "sd bf16") for pid in ("p1", "p2", "p3")]

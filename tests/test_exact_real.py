@@ -15,6 +15,7 @@ per prompt and a summary. Committed logs are written this way, so each says what
 import os
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -94,10 +95,10 @@ def shaped_runs(index: int) -> list[tuple[str, DecodeConfig]]:
     if os.environ.get("SPECVIZ_EXACTNESS_DRAFTS") or not (FULL or index % 4 == 0):
         return []
     sizes = range(3) if FULL else [index // 4 % 3]
-    runs = [(f"{draft} {kind} tree {TREE_NODES[i]}", DecodeConfig(draft=draft, tree_nodes=TREE_NODES[i], tree_kind=kind, max_new_tokens=N))
+    fixed = partial(DecodeConfig, gamma_policy="fixed", max_new_tokens=N)
+    runs = [(f"{draft} {kind} tree {TREE_NODES[i]}", fixed(draft=draft, tree_nodes=TREE_NODES[i], tree_kind=kind))
             for draft, kind in TREES for i in sizes]
-    return runs + [(f"chain {','.join(POLYBASIC)} γ={GAMMAS[i]}", DecodeConfig(chain=POLYBASIC, gamma=GAMMAS[i], max_new_tokens=N))
-                   for i in sizes]
+    return runs + [(f"chain {','.join(POLYBASIC)} γ={GAMMAS[i]}", fixed(chain=POLYBASIC, gamma=GAMMAS[i])) for i in sizes]
 
 
 @pytest.mark.parametrize("index, item", list(enumerate(load_suite("all"))), ids=lambda x: x["id"] if isinstance(x, dict) else "")
@@ -107,7 +108,7 @@ def test_all_methods_match_generate(bank, exactness_log, index, item):
     outputs = {"ar": [t for e in ar.events() for t in e.emitted_ids]}
     for d, draft in enumerate(DRAFTS):
         for gamma in GAMMAS if FULL else [GAMMAS[(index + d) % len(GAMMAS)]]:
-            run = prepare(DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=N), item["prompt"], bank)
+            run = prepare(DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy="fixed", max_new_tokens=N), item["prompt"], bank)
             outputs[f"{draft} γ={gamma}"] = [t for e in run.events() for t in e.emitted_ids]
     for label, config in shaped_runs(index):
         outputs[label] = [t for e in prepare(config, item["prompt"], bank).events() for t in e.emitted_ids]

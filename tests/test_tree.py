@@ -233,7 +233,8 @@ def test_real_target_trees_match_generate(bank, item):
     reference = generate_reference(prepare(DecodeConfig(method="ar", max_new_tokens=64), prompt, bank))[:32]
     for draft in REAL_DRAFTS:
         for nodes, kind in ((4, "dynamic"), (8, "dynamic"), (8, "static")):
-            run = prepare(DecodeConfig(draft=draft, tree_nodes=nodes, tree_kind=kind, max_new_tokens=32), prompt, bank)
+            config = DecodeConfig(draft=draft, tree_nodes=nodes, tree_kind=kind, gamma_policy="fixed", max_new_tokens=32)
+            run = prepare(config, prompt, bank)
             events = list(run.events())
             assert emitted(events) == reference, (draft, nodes, kind)
             for e in events:

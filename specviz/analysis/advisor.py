@@ -94,13 +94,18 @@ def predicted_tokens_per_s(chain: list[str], pairs: dict, gamma: int) -> float:
     return 1e3 / (per_token + beta * bottom.draft_ms / bottom.length)
 
 
+LEVEL_GAMMA = 3
+"""The fixed γ of every level the advisor measures, unless told another."""
+
+
 def measured_tokens_per_s(preset: str, chain: list[str], prompts: list[str], bank: ModelBank, gamma: int, max_new_tokens: int) -> float:
     if not chain:
         config = DecodeConfig(preset=preset, method="ar", max_new_tokens=max_new_tokens)
     elif len(chain) == 1:
-        config = DecodeConfig(preset=preset, draft=chain[0], gamma=gamma, max_new_tokens=max_new_tokens)
+        config = DecodeConfig(preset=preset, draft=chain[0], gamma=gamma, gamma_policy="fixed", max_new_tokens=max_new_tokens)
     else:
-        config = DecodeConfig(preset=preset, chain=chain, gamma=gamma, level_gamma=gamma, max_new_tokens=max_new_tokens)
+        config = DecodeConfig(preset=preset, chain=chain, gamma=gamma, gamma_policy="fixed", level_gamma=gamma,
+                              max_new_tokens=max_new_tokens)
     rates = []
     for prompt in prompts:
         events = list(prepare(config, prompt, bank).events())
@@ -108,7 +113,7 @@ def measured_tokens_per_s(preset: str, chain: list[str], prompts: list[str], ban
     return statistics.median(rates)
 
 
-def advise(preset: str, n_prompts: int = 3, gamma: int = DecodeConfig.gamma, max_new_tokens: int = 48, top: int = 3) -> list[dict]:
+def advise(preset: str, n_prompts: int = 3, gamma: int = LEVEL_GAMMA, max_new_tokens: int = 48, top: int = 3) -> list[dict]:
     """Rank every chain by predicted decode tok/s, then measure the top ones, the best two-model SD and AR."""
     bank = ModelBank()
     prompts = [item["prompt"] for item in load_suite("all", 1)[:n_prompts]]

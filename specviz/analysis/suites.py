@@ -8,6 +8,7 @@ Training recipes (draft distillation) must never use the evaluation texts nor th
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from specviz.models.paths import ASSETS
@@ -54,3 +55,17 @@ def evaluation_texts() -> frozenset[str]:
     (a draft trained on the warm-up prompts would look better on them than on new text)."""
     texts = [item["prompt"] for suite in ("all", "judge-eval") for item in load_suite(suite)]
     return frozenset(t.strip() for t in texts + [item["prompt"] for item in load_warmup()])
+
+
+def typical_prompt(rows: list[dict], config: str) -> str:
+    """The typical prompt of a benchmark for row ``config`` (rows of its CSV: ``prompt_id``, ``category``, ``config``,
+    ``speedup``): in the category whose median speedup is nearest the median over all prompts, the prompt whose speedup
+    is nearest that category's median."""
+    mine = [r for r in rows if r["config"] == config]
+    overall = statistics.median(float(r["speedup"]) for r in mine)
+    by_category: dict[str, list[dict]] = {}
+    for r in mine:
+        by_category.setdefault(r["category"], []).append(r)
+    medians = {c: statistics.median(float(r["speedup"]) for r in rs) for c, rs in by_category.items()}
+    category = min(sorted(medians), key=lambda c: abs(medians[c] - overall))
+    return min(by_category[category], key=lambda r: (abs(float(r["speedup"]) - medians[category]), r["prompt_id"]))["prompt_id"]

@@ -31,6 +31,8 @@ from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 
 SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
+BENCH_GAMMA = 3
+"""The γ of the sets' fixed-γ rows, and where their adaptive policies start (the committed results were measured so)."""
 
 
 @dataclass
@@ -44,12 +46,12 @@ class BenchConfig:
     quality: bool = False  # also score the output: the target's log-likelihood of it
 
 
-def standard_configs(max_new_tokens: int, gamma: int = DecodeConfig.gamma) -> list[BenchConfig]:
+def standard_configs(max_new_tokens: int, gamma: int = BENCH_GAMMA) -> list[BenchConfig]:
     """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head),
     transformers' assisted generation on the same draft models, and the same target in bfloat16 (faster where the
     CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
     def sd(draft: str, dtype: str = "auto", full_draft_vocab: bool = False) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens, dtype=dtype,
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy="fixed", max_new_tokens=max_new_tokens, dtype=dtype,
                             full_draft_vocab=full_draft_vocab)
 
     return [
@@ -58,7 +60,7 @@ def standard_configs(max_new_tokens: int, gamma: int = DecodeConfig.gamma) -> li
         BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
         BenchConfig(f"sd head γ={gamma}", sd("head")),
-        BenchConfig("sd head γ=2", DecodeConfig(method="sd", draft="head", gamma=2, max_new_tokens=max_new_tokens)),
+        BenchConfig("sd head γ=2", replace(sd("head"), gamma=2)),
         BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
         BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),
@@ -74,8 +76,8 @@ SELECT_CANDIDATES = ("head", "draft-m", "ngram")
 
 def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig]:
     """Every γ policy and fixed γ ∈ 1..8 with one draft (draft selection is the ``selection`` set); adaptive
-    policies start from the default γ."""
-    def sd(policy: str, gamma: int = DecodeConfig.gamma) -> DecodeConfig:
+    policies start from :data:`BENCH_GAMMA`."""
+    def sd(policy: str, gamma: int = BENCH_GAMMA) -> DecodeConfig:
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
 
     fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]
@@ -86,21 +88,22 @@ def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig
 def selection_configs(max_new_tokens: int) -> list[BenchConfig]:
     """Per-step draft selection against each of its candidates used alone, all with the online γ policy."""
     def online(**kw) -> DecodeConfig:
-        return DecodeConfig(method="sd", gamma_policy="online", max_new_tokens=max_new_tokens, **kw)
+        return DecodeConfig(method="sd", gamma=BENCH_GAMMA, gamma_policy="online", max_new_tokens=max_new_tokens, **kw)
 
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
             *[BenchConfig(f"online {d}", online(draft=d)) for d in SELECT_CANDIDATES],
             BenchConfig(f"online + select({', '.join(SELECT_CANDIDATES)})", online(select=list(SELECT_CANDIDATES)))]
 
 
-def chain_configs(max_new_tokens: int, mu: int = DecodeConfig.gamma, level_gamma: int = 3) -> list[BenchConfig]:
+def chain_configs(max_new_tokens: int, mu: int = BENCH_GAMMA, level_gamma: int = 3) -> list[BenchConfig]:
     """AR, plain SD with each draft, and 3- and 4-level chains; ``extra["base"]`` names the row the chain
     extends by one inserted level, for Theorem 3.2's verdict."""
     def sd(draft: str) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, gamma=mu, max_new_tokens=max_new_tokens)
+        return DecodeConfig(method="sd", draft=draft, gamma=mu, gamma_policy="fixed", max_new_tokens=max_new_tokens)
 
     def chain(*names: str) -> DecodeConfig:
-        return DecodeConfig(method="sd", chain=list(names), gamma=mu, level_gamma=level_gamma, max_new_tokens=max_new_tokens)
+        return DecodeConfig(method="sd", chain=list(names), gamma=mu, gamma_policy="fixed", level_gamma=level_gamma,
+                            max_new_tokens=max_new_tokens)
 
     return [
         BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
@@ -116,7 +119,8 @@ def judge_configs(max_new_tokens: int, draft: str = "draft-s", gamma: int = 4) -
     """Exact SD first (the reference row; greedy and lossless, so its outputs are the target's own), then judge
     decoding at several δ and the two relaxed baselines."""
     def rule(accept: str, **kw) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, gamma=gamma, accept=accept, max_new_tokens=max_new_tokens, **kw)
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy="fixed", accept=accept, max_new_tokens=max_new_tokens,
+                            **kw)
 
     rows = [("exact", rule("exact")), *[(f"judge δ={d}", rule("judge", judge_threshold=d)) for d in (0.9, 0.7, 0.5)],
             ("lenient l=0.5", rule("lenient", lenience=0.5)), ("top-k k=5", rule("topk", topk=5))]
@@ -127,7 +131,7 @@ def head_configs(max_new_tokens: int, new: str = "head", old: str = "head-v1", g
     """AR, then two feature heads at each fixed γ: ``extra["peer"]`` pairs each row of the new head with the old
     head's row at the same γ."""
     def sd(draft: str, gamma: int) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, gamma=gamma, max_new_tokens=max_new_tokens)
+        return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy="fixed", max_new_tokens=max_new_tokens)
 
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
             *[BenchConfig(f"{old} γ={g}", sd(old, g)) for g in gammas],
@@ -139,7 +143,7 @@ def tree_configs(max_new_tokens: int, drafts: tuple[str, ...] = ("head", "draft-
     """AR, then per draft its chains at γ 1–4 and its token trees of 4, 6, 8 and 12 nodes, dynamic and static; each label
     says how many rows the target verifies (a chain of γ and a tree of γ nodes both verify γ + 1)."""
     def sd(draft: str, **kw) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, max_new_tokens=max_new_tokens, **kw)
+        return DecodeConfig(method="sd", draft=draft, gamma_policy="fixed", max_new_tokens=max_new_tokens, **kw)
 
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
             *[row for d in drafts for row in (
@@ -152,7 +156,7 @@ def default_candidates(max_new_tokens: int, draft: str = "head") -> list[BenchCo
     """AR, then the candidates for the defaults of a first run on the offline preset: the draft at fixed γ 1–3, the
     adaptive γ policies (``online`` from γ = 1 and 3) and a small tree; :func:`default_row` names the defaults' row."""
     def sd(**kw) -> DecodeConfig:
-        return DecodeConfig(method="sd", draft=draft, max_new_tokens=max_new_tokens, **kw)
+        return DecodeConfig(method="sd", draft=draft, max_new_tokens=max_new_tokens, **{"gamma_policy": "fixed", **kw})
 
     rows = [(f"{draft} fixed γ={g}", sd(gamma=g)) for g in (1, 2, 3)]
     rows += [(f"{draft} online from γ={g}", sd(gamma=g, gamma_policy="online")) for g in (1, 3)]
@@ -305,7 +309,7 @@ def model_table(rows: list[dict], labels: list[str], tolerance: float = 0.15) ->
     prompts), the median per-prompt error and the share of prompts whose measured speedup is within ``tolerance``."""
     out = []
     for label in labels:
-        rs = [r for r in rows if r["config"] == label and r["model_speedup"] == r["model_speedup"]]
+        rs = [r for r in rows if r["config"] == label and r.get("model_speedup", float("nan")) == r.get("model_speedup")]
         if not rs:
             continue
         errors = [r["speedup"] / r["model_speedup"] - 1 for r in rs]

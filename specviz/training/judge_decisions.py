@@ -86,7 +86,7 @@ def judged_cuts(bank, question: str, threshold: float, draft: str = "draft-s") -
     from specviz.runtime.config import DecodeConfig
     from specviz.runtime.prepare import prepare
 
-    config = DecodeConfig(method="sd", draft=draft, gamma=4, accept="judge", judge_threshold=threshold,
+    config = DecodeConfig(method="sd", draft=draft, gamma=4, gamma_policy="fixed", accept="judge", judge_threshold=threshold,
                           max_new_tokens=MAX_NEW_TOKENS)
     answer, cuts = [], []
     for e in prepare(config, question, bank).events():

@@ -26,7 +26,8 @@ def fit_predictor(n_prompts: int = 0, max_new_tokens: int = 48, gamma: int = 4) 
     for name in names:
         features, acceptance = [], []
         for prompt in prompts:
-            run = prepare(DecodeConfig(method="sd", draft=name, gamma=gamma, max_new_tokens=max_new_tokens), prompt, bank)
+            config = DecodeConfig(method="sd", draft=name, gamma=gamma, gamma_policy="fixed", max_new_tokens=max_new_tokens)
+            run = prepare(config, prompt, bank)
             hist = History(h=10_000, acc_max=0.99)
             for event in run.events():
                 hist.add(record_of(event))

@@ -118,7 +118,7 @@ def warmup_configs(preset: str) -> list[DecodeConfig]:
     """An AR run, then one run per draft whose weights are present (plus the n-gram drafter)."""
     configs = [DecodeConfig(preset=preset, method="ar", max_new_tokens=2)]
     for draft in available_drafts(preset):
-        configs.append(DecodeConfig(preset=preset, method="sd", draft=draft, gamma=2, max_new_tokens=2))
+        configs.append(DecodeConfig(preset=preset, method="sd", draft=draft, gamma=2, gamma_policy="fixed", max_new_tokens=2))
     return configs
 
 

@@ -8,6 +8,7 @@ import csv
 import json
 import re
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,18 @@ METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speed
                   "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
 
 
+POLICY_DUEL = ("online", "fsm", "hf-heuristic")
+"""The adaptive γ policies of the comparison Compare opens on, beside fixed γ at its best."""
+
+
 def comparison_presets(preset: str) -> dict[str, list[tuple[str, DecodeConfig]]]:
-    """Ready-made comparisons (labelled configs) for the 'load a comparison' dropdown: the preset's draft against the
-    n-gram drafter, a γ sweep, every registered γ policy and acceptance rule against the defaults, and a chain when the
-    preset has a draft model (a feature head drafts from the target's states, so it cannot be a level)."""
+    """Ready-made comparisons (labelled configs) for the 'load a comparison' dropdown. The first, which Compare opens
+    on, sets γ policies side by side on the preset's default draft: fixed at the preset's best measured γ, then
+    :data:`POLICY_DUEL`. Then the draft against the n-gram drafter, a γ sweep, the other registered γ policies and every
+    acceptance rule against the defaults, and a chain when the preset has a draft model (a feature head drafts from the
+    target's states, so it cannot be a level)."""
     d, g = default_draft(preset), DecodeConfig.gamma
+    best = resolve_preset(preset).fixed_gamma or g
 
     def sd(**kw: Any) -> DecodeConfig:
         return DecodeConfig(preset=preset, **{"draft": d, **kw})
@@ -52,30 +60,66 @@ def comparison_presets(preset: str) -> dict[str, list[tuple[str, DecodeConfig]]]
         size = MAX_CONFIGS - 1
         return [[first, *((n, config_of(n)) for n in names[i:i + size])] for i in range(0, len(names), size)]
 
-    tables = {}
+    fixed = (f"fixed γ={best}", sd(gamma=best, gamma_policy="fixed"))
+    tables = {f"γ policies on {d}: fixed γ={best}, {', '.join(POLICY_DUEL)}": [fixed, *((p, sd(gamma_policy=p)) for p in POLICY_DUEL)]}
     if d != NGRAM_DRAFT:
-        tables[f"{d} vs n-gram (γ={g})"] = [(f"{d} γ={g}", sd()), (f"{NGRAM_DRAFT} γ={g}", sd(draft=NGRAM_DRAFT))]
-    sweep = sorted({1, g, min(MAX_GAMMA, 2 * g)})
-    tables[f"γ sweep ({', '.join(map(str, sweep))})"] = [(f"{d} γ={x}", sd(gamma=x)) for x in sweep]
-    fixed, exact = DecodeConfig.gamma_policy, DecodeConfig.accept
-    for rows in groups([p for p in GAMMA_POLICIES if p != fixed], (f"{fixed} γ={g}", sd()), lambda p: sd(gamma_policy=p)):
-        tables["γ policies: " + ", ".join(label for label, _ in rows)] = rows
-    for rows in groups([r for r in ACCEPT_RULES if r != exact], (exact, sd()), lambda r: sd(accept=r)):
+        tables[f"{d} vs n-gram (γ={best})"] = [(f"{d} γ={best}", fixed[1]), (f"{NGRAM_DRAFT} γ={best}", sd(draft=NGRAM_DRAFT, gamma=best))]
+    sweep = sorted({1, best, min(MAX_GAMMA, 2 * best + 1)})
+    tables[f"γ sweep ({', '.join(map(str, sweep))})"] = [(f"{d} γ={x}", sd(gamma=x, gamma_policy="fixed")) for x in sweep]
+    others = [p for p in GAMMA_POLICIES if p not in ("fixed", *POLICY_DUEL)]
+    for rows in groups(others, fixed, lambda p: sd(gamma_policy=p)):
+        tables["more γ policies: " + ", ".join(label for label, _ in rows)] = rows
+    exact = DecodeConfig.accept
+    for rows in groups([r for r in ACCEPT_RULES if r != exact], (exact, fixed[1]), lambda r: replace(fixed[1], accept=r)):
         tables["acceptance rules: " + ", ".join(label for label, _ in rows)] = rows
     models = [x for x in available_drafts(preset) if not drafter_kind(resolve_draft(resolve_preset(preset), x)).reads_features]
     chain_draft = next((x for x in models if x != NGRAM_DRAFT), None)
     if chain_draft:
-        tables["plain SD vs polybasic chain"] = [(f"{chain_draft} γ={g}", sd(draft=chain_draft)),
-                                                 (f"{NGRAM_DRAFT}→{chain_draft} chain", sd(draft=None, chain=[NGRAM_DRAFT, chain_draft]))]
+        tables["plain SD vs polybasic chain"] = [(f"{chain_draft} γ={best}", sd(draft=chain_draft, gamma=best, gamma_policy="fixed")),
+                                                 (f"{NGRAM_DRAFT}→{chain_draft} chain",
+                                                  sd(draft=None, chain=[NGRAM_DRAFT, chain_draft], gamma=best, gamma_policy="fixed"))]
     return tables
 
 
-def table_of(configs: list[tuple[str, DecodeConfig]]) -> pd.DataFrame:
-    """Labelled configs as the configuration table (a list is comma-separated, an unset draft an empty cell)."""
-    def cell(value: Any) -> Any:
+SHOWN_ALWAYS = ("draft", "gamma_policy", "gamma")
+TREE_SETTINGS = ("tree_nodes", "tree_branch", "tree_kind")
+
+
+def shown_settings(configs: list[tuple[str, DecodeConfig]]) -> list[str]:
+    """The settings a table of these rows shows: the draft, the γ policy and γ, every setting a row's γ policy or
+    acceptance rule reads, a tree's shape where a row drafts trees, a chain's level γ, and any other setting a row sets
+    away from its default; the rest are left at their defaults and can be added as columns by name."""
+    defaults = DecodeConfig()
+    read = {p for _, c in configs for p in reads(c)}
+    return [name for name in ROW_SETTINGS if name in SHOWN_ALWAYS or name in read
+            or any(getattr(c, name) != getattr(defaults, name) for _, c in configs)]
+
+
+def reads(c: DecodeConfig) -> set[str]:
+    """The settings that only some rows read which ``c`` reads: its γ policy's and acceptance rule's, a tree's shape,
+    a chain's level γ."""
+    return {*GAMMA_POLICIES.entry(c.gamma_policy).params, *ACCEPT_RULES.entry(c.accept).params,
+            *(TREE_SETTINGS if c.tree_nodes else ()), *(("level_gamma",) if c.chain else ())}
+
+
+OPTIONAL = {*(p for r in (GAMMA_POLICIES, ACCEPT_RULES) for e in r.entries() for p in e.params), *TREE_SETTINGS, "level_gamma"}
+"""The settings only some rows read (see :func:`reads`)."""
+
+
+def table_of(configs: list[tuple[str, DecodeConfig]], every_setting: bool = False) -> pd.DataFrame:
+    """Labelled configs as the configuration table, with the :func:`shown_settings` columns (``every_setting``: all of
+    them). A list is comma-separated; an unset draft, a setting the row does not read, and γ of a row that drafts a
+    tree (its budget is the tree's nodes) are empty cells."""
+    names = ROW_SETTINGS if every_setting else shown_settings(configs)
+
+    def cell(c: DecodeConfig, name: str) -> Any:
+        value = getattr(c, name)
+        if (name == "gamma" and c.tree_nodes) or (name in OPTIONAL and name not in reads(c) and value == getattr(DecodeConfig, name)):
+            return ""
         return ",".join(value) if isinstance(value, list) else "" if value is None else value
 
-    return pd.DataFrame([[label, *(cell(getattr(c, name)) for name in ROW_SETTINGS)] for label, c in configs], columns=CONFIG_COLUMNS)
+    return pd.DataFrame([[label, *(cell(c, name) for name in names)] for label, c in configs],
+                        columns=["label", *(SETTINGS[name].label or name for name in names)])
 
 
 def default_table(preset: str) -> pd.DataFrame:

@@ -58,10 +58,16 @@ def guarded(frames: Callable[[], Iterator[tuple]], on_error: Callable[[str], tup
         yield on_error(message)
 
 
+FIRST_PROMPT = "chat-01"
+"""The suite prompt the page opens on: the typical prompt of the defaults' row in ``results/defaults.csv``
+(:func:`specviz.analysis.suites.typical_prompt`; ``tests/test_docs.py`` checks it)."""
+
+
 def example_prompts() -> tuple[list[list[str]], list[str]]:
-    """Prompts of the benchmark suites as gr.Examples rows, with 'category: prompt' labels."""
+    """Prompts of the benchmark suites as gr.Examples rows, with 'category: prompt' labels: :data:`FIRST_PROMPT`
+    first, then one prompt of each category in turn."""
     try:
-        items = interleave_categories(load_suite("all"))
+        items = interleave_categories(load_suite("all"), FIRST_PROMPT)
     except Exception:
         items = []
     rows = [[it["prompt"]] for it in items]
@@ -69,8 +75,10 @@ def example_prompts() -> tuple[list[list[str]], list[str]]:
     return rows, labels
 
 
-def interleave_categories(items: list[dict]) -> list[dict]:
-    """Round-robin over categories, so the first page of examples shows one prompt of each."""
+def interleave_categories(items: list[dict], first: str = "") -> list[dict]:
+    """Round-robin over categories, so the first page of examples shows one prompt of each; the item whose ``id`` is
+    ``first`` leads, its category first."""
+    items = sorted(items, key=lambda it: it["id"] != first)
     by_cat: dict[str, list[dict]] = {}
     for it in items:
         by_cat.setdefault(it["category"], []).append(it)
