@@ -61,7 +61,7 @@ def main(rounds: int, output: str) -> None:
     port = free_port()
     app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "PORT": str(port)},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lines, browser, cli = [], [], []
+    lines, browser, cli, headline = [], [], [], []
     try:
         with sync_playwright() as p:
             chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -82,10 +82,12 @@ def main(rounds: int, output: str) -> None:
             assert cli_config == config, f"the CLI ran other settings: {cli_config} != {config}"
             for i in range(rounds):
                 load = os.getloadavg()[0]
-                browser.append(browser_run(page)["metrics"]["tokens_per_s"])
+                run = browser_run(page)
+                browser.append(run["metrics"]["tokens_per_s"])
+                headline.append(browser[-1] / run["baseline"]["metrics"]["tokens_per_s"])
                 cli.append(cli_run(prompt, config)["metrics"]["tokens_per_s"])
-                lines.append(f"round {i}: browser {browser[-1]:.2f} tok/s, CLI {cli[-1]:.2f} tok/s, ratio {browser[-1] / cli[-1]:.3f} "
-                             f"(load average {load:.2f} before the round)")
+                lines.append(f"round {i}: browser {browser[-1]:.2f} tok/s (headline {headline[-1]:.2f}× AR), CLI {cli[-1]:.2f} tok/s, "
+                             f"ratio {browser[-1] / cli[-1]:.3f} (load average {load:.2f} before the round)")
                 print(lines[-1], flush=True)
             chromium.close()
     finally:
@@ -103,7 +105,8 @@ def main(rounds: int, output: str) -> None:
               "two runs are close in time, so load from other processes affects both alike)",
               f"# prompt: {prompt}"]
     summary = (f"median browser {statistics.median(browser):.2f} tok/s, median CLI {statistics.median(cli):.2f} tok/s; "
-               f"median browser / CLI ratio {ratio:.3f}")
+               f"median browser / CLI ratio {ratio:.3f}; median headline {statistics.median(headline):.2f}× AR (the run against "
+               "the app's AR baseline of the same prompt, measured in the browser after the first run)")
     print(summary)
     path = ROOT / output
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,8 @@ from bench_steps import benchmark_steps, made_by  # noqa: E402
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NAN = float("nan")
 NUMBERS = ("new_tokens", "wall_s", "tokens_per_s", "speedup", "mean_accept_len", "accept_rate", "draft_ms", "verify_ms",
-           "overhead_ms", "engine_overhead_frac", "predicted_tokens_per_s", "decode_tokens_per_s", "target_logprob")
+           "overhead_ms", "engine_overhead_frac", "predicted_tokens_per_s", "decode_tokens_per_s", "target_logprob",
+           "model_speedup")
 
 
 def load(name: str) -> list[dict]:

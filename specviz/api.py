@@ -125,7 +125,10 @@ class Trace:
     def from_dict(cls, data: Any) -> Trace:
         """A trace from a file's content; a malformed, foreign or too new one raises a one-line ConfigError."""
         data = check_trace(data)
-        return cls(data["prompt"], DecodeConfig.from_values(data["config"]), data["text"], data["token_ids"],
+        config = data["config"]
+        if config.get("tree_nodes"):  # a tree run reads no γ, so a trace may hold any value there; validation wants the default
+            config = {**config, "gamma": DecodeConfig.gamma}
+        return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"],
                    [StepEvent.from_dict(step) for step in data["steps"]], data["metrics"], data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
                    data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None)
