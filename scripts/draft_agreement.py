@@ -23,7 +23,7 @@ from specviz.methods.feature_head import is_feature_head, load_head, tap_states
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.paths import ASSETS
 from specviz.models.presets import GGUF_SOURCE
-from specviz.training.drafts import load_data, split_heldout, without_evaluation_prompts
+from specviz.training.distill_data import load_data, split_heldout, without_evaluation_prompts
 
 DEFAULT = [ASSETS / "models" / name for name in ("smollm2-draft-s", "smollm2-draft-m", "smollm2-head-v1", "smollm2-head")]
 

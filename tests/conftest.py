@@ -77,7 +77,7 @@ def target_answers(lm, prompts, max_new, k=4):
     """What ``generate_data`` stores, without a tokenizer: the target's greedy answer and its top-k at every step."""
     from transformers import LogitsProcessorList
 
-    from specviz.training.drafts import TopKRecorder
+    from specviz.training.distill_data import TopKRecorder
 
     rows = []
     for prompt in prompts:

@@ -62,6 +62,7 @@ def test_a_run_is_predicted_from_its_own_acceptance_and_costs():
     assert p["c"] == pytest.approx(c) and p["verify_ratio"] == {4: pytest.approx(10 / 8)}
     assert p["predicted_speedup"] == pytest.approx(tokens / (3 * c + 10 / 8))
     assert p["tokens_per_step"] == pytest.approx(tokens) and p["mean_rows"] == 4
+    assert p["alpha"] == pytest.approx(4 / 6)  # 4 accepted, 2 rejections (the full draft ends without one)
     trees = predict_run([tree_step([1, 1, 2, 2], 2), tree_step([1, 2, 3, 3], 0)], t1_ms=10.0)
     assert trees["verify_ratio"] == {5: 2.0} and trees["per_depth_acceptance"] == [0.5, 1.0, 0.0]
     # without a baseline, r(k) comes from the profile and T(1) from the run's verify time through it

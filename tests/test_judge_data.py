@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from specviz.training import judge_data as jd
+from specviz.training import judge_questions as jq
 
 KEYS = {"id", "category", "question", "answer", "error_at", "split", "source"}
 
@@ -41,7 +42,7 @@ def proposals():
 @pytest.fixture(scope="module")
 def by_text():
     by = {}
-    for q in jd.questions():
+    for q in jq.questions():
         by.setdefault(q.text, []).append(q)
     return by
 
@@ -55,12 +56,12 @@ def test_schema_and_counts(items, real):
     assert len({i["id"] for i in items}) == len(items)
     for i in items:
         assert set(i) == KEYS
-        assert i["category"] in jd.CATEGORIES and i["split"] in ("train", "heldout")
+        assert i["category"] in jq.CATEGORIES and i["split"] in ("train", "heldout")
         assert i["source"] in ("template", "paraphrase", "target", "junk")
         assert isinstance(i["question"], str) and isinstance(i["answer"], str) and i["answer"]
         assert i["error_at"] is None or (isinstance(i["error_at"], int) and 0 <= i["error_at"] < len(i["answer"]))
     cats = Counter(i["category"] for i in real)
-    assert all(0.14 < cats[c] / len(real) < 0.26 for c in jd.CATEGORIES), cats
+    assert all(0.14 < cats[c] / len(real) < 0.26 for c in jq.CATEGORIES), cats
     assert 0.5 <= sum(i["error_at"] is None for i in real) / len(real) <= 0.6
     assert 0.12 < sum(i["split"] == "heldout" for i in items) / len(items) < 0.28
     assert 0.2 < (len(items) - len(real)) / len(items) <= 0.3
@@ -124,8 +125,8 @@ def test_code_errors_start_a_buggy_line(real):
     for i in (i for i in real if i["category"] == "code"):
         code = re.search(r"```python\n(.*?)\n```", i["answer"], re.S).group(1)
         name = re.match(r"def (\w+)", code).group(1)
-        task = next(t for t in jd._CODE if t[1] == name)
-        assert jd.passes(code, name, task[3]) == (i["error_at"] is None), i
+        task = next(t for t in jq._CODE if t[1] == name)
+        assert jq.passes(code, name, task[3]) == (i["error_at"] is None), i
         if i["error_at"] is not None:
             line_start = i["answer"].rfind("\n", 0, i["error_at"]) + 1
             assert i["answer"][line_start: i["error_at"]].strip() == "" and not i["answer"][i["error_at"]].isspace()
@@ -238,10 +239,10 @@ def test_draft_cache_covers_every_correct_answer(real, proposals):
 
 
 def test_junk_rules():
-    q = jd.Question("arithmetic", "What is 6 × 7?", ("The answer is {r}.",), {"r": 42}, (), ("42",))
+    q = jq.Question("arithmetic", "What is 6 × 7?", ("The answer is {r}.",), {"r": 42}, (), ("42",))
     answer = "The answer is 42. Let me know!"
     assert not jd._complete("The answer is 4", answer, q) and jd._complete("The answer is 42", answer, q)
-    code = jd.Question("code", "f", ("x",), {}, ())
+    code = jq.Question("code", "f", ("x",), {}, ())
     assert not jd._complete("```python\ndef f", "```python\ndef f():\n```\nDone.", code)
     assert jd._complete("```python\ndef f():\n```", "```python\ndef f():\n```\nDone.", code)
     assert jd._newline_junk("", answer) and jd._newline_junk("The answer", answer)

@@ -2,14 +2,14 @@
 
 import pytest
 
-from specviz.training import judge_data as jd
+from specviz.training import judge_questions as jq
 from specviz.training.judge_decisions import answer_key, on_policy_questions, training_questions
 
 
 def test_training_questions_never_touch_the_held_out_or_eval_questions():
-    qs = jd.questions()
-    split = jd.splits(qs)
-    forbidden = {q.text for q in qs if split[q.text] == "heldout"} | {e["question"] for e in jd.eval_questions(qs, split)}
+    qs = jq.questions()
+    split = jq.splits(qs)
+    forbidden = {q.text for q in qs if split[q.text] == "heldout"} | {e["question"] for e in jq.eval_questions(qs, split)}
     picked = training_questions(40)
     texts = [q.text for q in picked]
     assert len(texts) == len(set(texts)) and not forbidden & set(texts)
@@ -26,14 +26,14 @@ def test_training_questions_never_touch_the_held_out_or_eval_questions():
     ("The capital of France is Lyon.", "Paris", None),
 ])
 def test_the_answer_key_is_the_last_number_or_the_expected_word(text, expected, key):
-    q = jd.Question("x", "q", ("{r}",), {}, (), (expected,))
+    q = jq.Question("x", "q", ("{r}",), {}, (), (expected,))
     assert answer_key(text, q) == key
 
 
 def test_each_on_policy_round_draws_its_own_questions_and_round_one_keeps_its_draw():
     import random
 
-    first = sorted(random.Random(f"{jd.SEED}:decisions:on-policy").sample(range(400), 100))  # the committed round 1
-    assert on_policy_questions(100, 400, jd.SEED, 1) == first
-    second = on_policy_questions(100, 400, jd.SEED, 2)
-    assert second != first and len(set(second)) == 100 and on_policy_questions(100, 400, jd.SEED, 2) == second
+    first = sorted(random.Random(f"{jq.SEED}:decisions:on-policy").sample(range(400), 100))  # the committed round 1
+    assert on_policy_questions(100, 400, jq.SEED, 1) == first
+    second = on_policy_questions(100, 400, jq.SEED, 2)
+    assert second != first and len(set(second)) == 100 and on_policy_questions(100, 400, jq.SEED, 2) == second

@@ -12,17 +12,10 @@ import pytest
 import torch
 
 from specviz.core.cache import LoadedModel
+from specviz.training import distill_data
 from specviz.training import drafts as train
-from specviz.training.drafts import (
-    _batches,
-    _collate,
-    build_instructions,
-    distill_loss,
-    evaluate_draft,
-    load_data,
-    make_draft,
-    split_heldout,
-)
+from specviz.training.distill_data import build_instructions, load_data, split_heldout
+from specviz.training.drafts import _batches, _collate, distill_loss, evaluate_draft, make_draft
 from tests.conftest import tiny_llama
 
 K = 4
@@ -343,7 +336,7 @@ def _valid_math(f, recipe):
     ([], {"math": 0.10, "code": 0.08, "snippet": 0.06, "summary": 0.0, "family": 0.42, "topic": 0.34}),
 ])
 def test_build_instructions_mixes_the_recipe_kinds_in_the_documented_shares(passages, expected):
-    recipe = json.loads(train.RECIPE.read_text())
+    recipe = json.loads(distill_data.RECIPE.read_text())
     kinds = [("math", t, lambda f: _valid_math(f, recipe)) for t in recipe["math_templates"]]
     kinds += [("code", t, lambda f: f["task"] in recipe["code_tasks"]) for t in recipe["code_templates"]]
     kinds += [("snippet", t, lambda f: f["snippet"] in recipe["code_snippets"]) for t in recipe["snippet_templates"]]
@@ -374,7 +367,7 @@ def test_training_items_with_an_evaluation_prompt_are_dropped():
     decoded = {1: "<|im_start|>user\nWrite a Python function that reverses a string.<|im_end|>", 2: "user: tell me about owls"}
     tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: decoded[ids[0]])
     items = [(np.array([1, 5]), "a"), (np.array([2, 5]), "b")]
-    assert train.without_evaluation_prompts(items, tok) == [items[1]]
+    assert distill_data.without_evaluation_prompts(items, tok) == [items[1]]
 
 
 def test_fit_refuses_less_than_one_batch_of_data(tmp_path, monkeypatch, teacher_data):

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specviz.core.formulas import step_speedup
+from specviz.core.formulas import censored_acceptance, step_speedup
 from specviz.core.tree import depths
 from specviz.models.paths import ASSETS
 
@@ -106,7 +106,8 @@ def measured_ratios(steps: Iterable[StepShape], t1_ms: float) -> dict[int, float
 def predict_run(events: Sequence, t1_ms: float | None, profile: VerifyCost | None = None) -> dict | None:
     """The cost model's prediction for a speculative run: tokens per step from its per-depth acceptance, the draft cost
     c, and the verify cost r(k) measured in the run against ``t1_ms``, the AR baseline's ms per step. Without a
-    baseline, r(k) comes from ``profile`` and T(1) is inferred from it. None for a run that never drafted."""
+    baseline, r(k) comes from ``profile`` and T(1) is inferred from it. Also the run's i.i.d. acceptance α (the
+    censored MLE: accepted ÷ (accepted + rejections)). None for a run that never drafted."""
     steps = [StepShape.of(e) for e in events]
     if not any(s.rows > 1 for s in steps):
         return None
@@ -120,7 +121,8 @@ def predict_run(events: Sequence, t1_ms: float | None, profile: VerifyCost | Non
     c = sum(s.draft_ms for s in steps) / sum(s.rows - 1 for s in steps) / t1_ms
     tokens = sum(expected_tokens_by_depth(a, s.depth) for s in steps)
     drafting, verifying = sum(s.rows - 1 for s in steps) * c, sum(ratios[s.rows] for s in steps)
-    return {"per_depth_acceptance": a, "c": c, "t1_ms": t1_ms, "verify_ratio": ratios, "verify_source": source,
+    alpha = censored_acceptance(sum(s.accepted for s in steps), sum(s.accepted < s.depth for s in steps))
+    return {"per_depth_acceptance": a, "alpha": alpha or 0.0, "c": c, "t1_ms": t1_ms, "verify_ratio": ratios, "verify_source": source,
             "tokens_per_step": tokens / len(steps), "mean_rows": statistics.mean(s.rows for s in steps),
             "predicted_speedup": step_speedup(tokens, drafting, verifying)}
 

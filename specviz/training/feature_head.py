@@ -36,7 +36,8 @@ from specviz.core.hidden import capture_layers, final_norm
 from specviz.methods.feature_head import FeatureHead, dequantize, load_head, quantize, save_head, tap_states
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.presets import GGUF_SOURCE
-from specviz.training.drafts import _trainer, load_data, rank_tokens, split_heldout, without_evaluation_prompts
+from specviz.training.distill_data import load_data, split_heldout, without_evaluation_prompts
+from specviz.training.drafts import _trainer, rank_tokens
 
 
 def sequences(items: list, max_len: int) -> list[tuple[np.ndarray, int]]:

@@ -38,28 +38,30 @@ import sys
 import time
 from pathlib import Path
 
-from specviz.analysis.quality import as_number
+from specviz.analysis.quality import as_number, is_correct, numbers
 from specviz.training import judge_data as jd
+from specviz.training import judge_inference as ji
+from specviz.training import judge_questions as jq
 
 OUT = jd.OUT_DIR / "decisions.jsonl"
 MAX_NEW_TOKENS = 48  # the judge benchmark's budget
 PER_QUESTION = 12  # decisions labelled per question at most (a random sample): more questions beat more cuts of one
 
 
-def training_questions(extra: int, seed: int = jd.SEED) -> list[jd.Question]:
+def training_questions(extra: int, seed: int = jq.SEED) -> list[jq.Question]:
     """Train-split arithmetic, unit and fact questions of the dataset, then ``extra`` fresh easy ones (unit
     conversions up to half of them, as many as are left, then arithmetic) that are neither dataset nor eval questions."""
-    qs = jd.questions(seed)
-    split = jd.splits(qs, seed)
-    taken = {q.text for q in qs} | {e["question"] for e in jd.eval_questions(qs, split, seed)}
+    qs = jq.questions(seed)
+    split = jq.splits(qs, seed)
+    taken = {q.text for q in qs} | {e["question"] for e in jq.eval_questions(qs, split, seed)}
     picked = [q for q in qs if q.category in ("arithmetic", "units", "facts") and split[q.text] == "train" and q.expected]
     rng = random.Random(f"{seed}:decisions")
-    fresh = _fresh(lambda: jd.conversion(rng, easy=True), extra // 2, taken)  # only ~70 easy conversions exist
-    fresh += _fresh(lambda: jd.single_step(rng, small=True), extra - len(fresh), taken)
+    fresh = _fresh(lambda: jq.conversion(rng, easy=True), extra // 2, taken)  # only ~70 easy conversions exist
+    fresh += _fresh(lambda: jq.single_step(rng, small=True), extra - len(fresh), taken)
     return list({q.text: q for q in picked + fresh}.values())
 
 
-def _fresh(make, n: int, taken: set[str], tries: int = 50) -> list[jd.Question]:
+def _fresh(make, n: int, taken: set[str], tries: int = 50) -> list[jq.Question]:
     """Up to ``n`` questions from ``make()`` with distinct texts not in ``taken`` (which grows), in ``tries * n`` draws."""
     out = []
     for _ in range(tries * n):
@@ -72,12 +74,12 @@ def _fresh(make, n: int, taken: set[str], tries: int = 50) -> list[jd.Question]:
     return out
 
 
-def answer_key(text: str, q: jd.Question) -> str | None:
+def answer_key(text: str, q: jq.Question) -> str | None:
     """What must survive a decision: the last number for numeric questions, else the expected word if present."""
     if as_number(q.expected[0]) is not None:
-        found = jd.numbers(text)
+        found = numbers(text)
         return f"{found[-1][1]:g}" if found else None
-    return q.expected[0] if jd.is_correct(text, list(q.expected)) else None
+    return q.expected[0] if is_correct(text, list(q.expected)) else None
 
 
 def judged_cuts(bank, question: str, threshold: float, draft: str = "draft-s") -> list[tuple[list[int], int]]:
@@ -102,7 +104,7 @@ def on_policy_questions(n: int, total: int, seed: int, round_: int) -> list[int]
     return sorted(random.Random(f"{seed}:decisions:on-policy{suffix}").sample(range(total), n))
 
 
-def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, threshold: float = 0.5, round_: int = 1,
+def build(extra: int, out: Path = OUT, seed: int = jq.SEED, on_policy: int = 0, threshold: float = 0.5, round_: int = 1,
           on_policy_draft: str = "draft-s") -> str:
     """Write the decisions of :func:`training_questions` to ``out``; return a one-line summary. With
     ``on_policy`` > 0, keep the rows already in ``out`` and add the tokens judge decoding accepted (beyond exact
@@ -117,7 +119,7 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
     draft = bank.model(resolve_draft(preset, "draft-s"), "draft-s").model
     stops, pad = set(stop_ids_of(target, tok)), tok.pad_token_id
     qs = training_questions(extra, seed)
-    heldout = set(random.Random(f"{seed}:decisions:split").sample(range(len(qs)), round(jd.HELDOUT * len(qs))))
+    heldout = set(random.Random(f"{seed}:decisions:split").sample(range(len(qs)), round(jq.HELDOUT * len(qs))))
     rng = random.Random(f"{seed}:decisions:cuts")
     picked = on_policy_questions(on_policy, len(qs), seed, round_) if on_policy else range(len(qs))
     kind = "decision" if not on_policy else "on-policy" if round_ == 1 else f"on-policy{round_}"
@@ -126,7 +128,7 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
     rows = [json.loads(line) for line in out.read_text().splitlines()] if on_policy else []
     kept = len(rows)
     prompts = [encode_prompt(tok, qs[k].text, chat=True) for k in picked]
-    refs = jd.greedy_finish(target.model, prompts, [MAX_NEW_TOKENS] * len(prompts), pad, stops)
+    refs = ji.greedy_finish(target.model, prompts, [MAX_NEW_TOKENS] * len(prompts), pad, stops)
     for done, (k, prompt, ref) in enumerate(zip(picked, prompts, refs), 1):
         q = qs[k]
         key = answer_key(tok.decode(ref, skip_special_tokens=True), q)
@@ -135,9 +137,9 @@ def build(extra: int, out: Path = OUT, seed: int = jd.SEED, on_policy: int = 0, 
         if on_policy:
             cuts = judged_cuts(bank, q.text, threshold, on_policy_draft)
         else:
-            cuts = [(ref[:t], d) for t, d in enumerate(jd.teacher_forced_argmax(draft, prompt, ref)) if d != ref[t]]
+            cuts = [(ref[:t], d) for t, d in enumerate(ji.teacher_forced_argmax(draft, prompt, ref)) if d != ref[t]]
             cuts = sorted(rng.sample(cuts, min(PER_QUESTION, len(cuts))))
-        tails = jd.greedy_finish(target.model, [prompt + a + [d] for a, d in cuts],
+        tails = ji.greedy_finish(target.model, [prompt + a + [d] for a, d in cuts],
                               [0 if d in stops else MAX_NEW_TOKENS - len(a) - 1 for a, d in cuts], pad, stops)
         for n, ((a, d), tail) in enumerate(zip(cuts, tails)):
             text = tok.decode(a + [d] + tail, skip_special_tokens=True)
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="rewrite decisions.jsonl (asks the target and the draft; minutes on a CPU)")
     b.add_argument("--extra", type=int, default=120, help="fresh easy arithmetic/unit questions on top of the dataset's")
     b.add_argument("--out", type=Path, default=OUT)
-    b.add_argument("--seed", type=int, default=jd.SEED)
+    b.add_argument("--seed", type=int, default=jq.SEED)
     b.add_argument("--on-policy", type=int, default=0, metavar="N",
                    help="add the tokens judge decoding accepts on N random questions to the existing file")
     b.add_argument("--threshold", type=float, default=0.5, help="δ of the on-policy judge decoding")

@@ -16,7 +16,6 @@ from specviz.core.errors import ConfigError
 from specviz.runtime.prepare import BASELINE_SETTINGS, baseline_config, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, default_preset, shared_models
 from specviz.ui.comparison import (
-    CONFIG_COLUMNS,
     METRIC_COLUMNS,
     ROW_SETTINGS,
     SETTINGS,
@@ -182,8 +181,8 @@ def build_compare_tab(session: gr.State) -> None:
     gr.Markdown(table_help())
     with gr.Row():
         loader = gr.Dropdown(list(comparison_presets(default_preset())), value=None, label="Load a ready-made comparison", scale=1)
-    table = gr.Dataframe(default_table(form.preset), headers=CONFIG_COLUMNS, interactive=True,
-                         label="Configurations", elem_id="compare-configs")
+        every = gr.Checkbox(False, label="Every setting as a column", scale=0, elem_id="compare-every")
+    table = gr.Dataframe(default_table(form.preset), interactive=True, label="Configurations", elem_id="compare-configs")
     with gr.Row():
         run_btn = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
         stop_btn = gr.Button("Stop", variant="stop", elem_id="compare-stop")
@@ -206,7 +205,8 @@ def build_compare_tab(session: gr.State) -> None:
     wire_step_panel(panel, session, column)
     column.change(lambda key, session: view_update(ensure_session(session)["views"].get(key), None, "compare-columns"),
                   [column, session], panel.outputs(), api_visibility="private", queue=False)
-    loader.change(load_comparison, [loader, form.controls["preset"]], table, api_visibility="private", queue=False)
+    loader.change(load_comparison, [loader, form.controls["preset"], every], table, api_visibility="private", queue=False)
+    every.change(show_columns, [table, every, form.controls["preset"]], table, api_visibility="private", queue=False)
     event = run_btn.click(form_handler(compare_run, ["prompt", "configs", "rounds", "session"], form, []),
                           [prompt, table, rounds, session, *form.inputs()],
                           [status, columns, race, metrics, replay, csv_file, json_file, session, column, traces],
@@ -217,9 +217,19 @@ def build_compare_tab(session: gr.State) -> None:
     replay.release(compare_replay, [replay, session], columns, api_name="compare_replay")
 
 
-def load_comparison(name: str | None, preset: str) -> pd.DataFrame:
+def load_comparison(name: str | None, preset: str, every: bool = False) -> pd.DataFrame:
     """A ready-made comparison's table for ``preset`` (its first one when this preset has no such comparison)."""
     if not name:
         return gr.skip()
     tables = comparison_presets(preset)
-    return table_of(tables.get(name) or next(iter(tables.values())))
+    return table_of(tables.get(name) or next(iter(tables.values())), every)
+
+
+def show_columns(table: pd.DataFrame, every: bool, preset: str) -> pd.DataFrame:
+    """The same rows with every setting as a column, or only the settings they read; a table that does not parse stays
+    as it is, and the reason shows as a warning."""
+    try:
+        return table_of(parse_table(table, {"preset": preset}), every)
+    except ConfigError as exc:
+        gr.Warning(str(exc))
+        return gr.skip()

@@ -29,11 +29,12 @@ the engine's own overhead, so measured points sit a little below their predictio
 
 
 def verify_cost(session: dict | None) -> VerifyCost:
-    """r(k) for the curves: the last run's own T(k)/T(1) where it measured one, the committed profile elsewhere."""
+    """r(k) for the curves: the last run's own T(k)/T(1) where it has an AR baseline (between and beyond the row counts
+    it fed, as :class:`VerifyCost` extends them), else the committed profile."""
     profile = VerifyCost.load()
     prediction = run_prediction(session)
     if prediction and prediction["verify_source"] != profile.source:
-        return VerifyCost({**profile.points, **prediction["verify_ratio"]}, "this run and " + profile.source)
+        return VerifyCost({k: r for k, r in prediction["verify_ratio"].items() if k > 1}, prediction["verify_source"])
     return profile
 
 
@@ -55,7 +56,7 @@ def measured_from(session: dict | None) -> charts.Measured | None:
     if prediction is None:
         return None
     m, tree = last["metrics"], bool(last["config"].get("tree_nodes"))
-    return charts.Measured(m["accept_rate"], prediction["c"], prediction["mean_rows"] - 1, m["mean_accept_len"], last.get("speedup"),
+    return charts.Measured(prediction["alpha"], prediction["c"], prediction["mean_rows"] - 1, m["mean_accept_len"], last.get("speedup"),
                            prediction["predicted_speedup"], tree, f"run #{last.get('run', '?')}")
 
 

@@ -66,7 +66,7 @@ def test_walk_through_the_app(page):
     SHOTS.mkdir(parents=True, exist_ok=True)  # the screenshots show what a newcomer gets: the defaults
     page.get_by_text(re.compile("^code: ")).first.click()
     assert page.locator("#explore-prompt textarea").input_value() != ""
-    set_number(page, "explore-max-new-tokens", 48)
+    set_number(page, "explore-max-new-tokens", 192)  # long enough to be stopped mid-way at the defaults' speed
 
     # 1. Streaming: spans and the race chart appear while the run is still going.
     start = time.perf_counter()
@@ -102,16 +102,17 @@ def test_walk_through_the_app(page):
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "explore.png"), full_page=True)
 
-    # 4. A comparison of two configurations: both columns (and AR's) and the metrics table.
+    # 4. The comparison Compare opens on, γ policies side by side on one draft: every column (and AR's) and the metrics.
     page.get_by_role("tab", name="Compare").click()
     set_number(page, "compare-max-new-tokens", 24)
     page.click("#compare-run")
     page.wait_for_selector("#compare-status .sv-status-ok", timeout=LONG)
-    assert page.locator("#compare-columns .sv-col").count() == 3
+    assert page.locator("#compare-columns .sv-col").count() == 5
     metrics = page.locator("#compare-metrics").inner_text()
     assert "autoregressive (AR baseline)" in metrics
     labels = [h.inner_text().strip() for h in page.locator("#compare-columns .sv-col-head b").all()]
-    assert len(labels) == 3 and all(label in metrics for label in labels)
+    assert len(labels) == 5 and all(label in metrics for label in labels)
+    assert {"fixed γ=3", "online", "fsm", "hf-heuristic"} <= set(labels), labels
     page.screenshot(path=str(SHOTS / "compare.png"), full_page=True)
 
     # 5. Explain: the formula plot with the last Explore run's measured point.

@@ -70,11 +70,11 @@ def test_explain_uses_only_real_measurements():
                                    "mean_accept_len": 2.0},
                        "ar": {"metrics": {"verify_ms": 500.0, "target_forwards": 10}}}
     m, prediction = measured_from(session), run_prediction(session)
-    assert (m.alpha, m.c, m.gamma, m.speedup) == (5 / 12, pytest.approx(6.0 / 12 / 50), 3, 1.3)
+    assert (m.alpha, m.c, m.gamma, m.speedup) == (5 / 7, pytest.approx(6.0 / 12 / 50), 3, 1.3)  # α: 5 accepted, 2 rejections
     assert prediction["verify_ratio"] == {1: pytest.approx(0.7), 5: pytest.approx(1.1)} and m.predicted == prediction["predicted_speedup"]
     shown = summary_markdown(0.7, 0.05, 12, m, verify_cost(session), prediction)
     assert "run #3" in shown and f"predicted **{m.predicted:.2f}×**" in shown and "r(5) = 1.10" in shown
-    assert verify_cost(session)(5) == pytest.approx(1.1)  # the run's own cost where it measured one
+    assert verify_cost(session)(5) == pytest.approx(1.1) and verify_cost(session)(3) == pytest.approx(1.05)  # the run's own r(k)
     session["last"]["theory"] = chain_theory()
     shown = theory_html(session)
     assert "Run #3" in shown and "Lemma 3.1 predicts" in shown and "Theorem 3.2" in shown and "Theorem 3.3" in shown

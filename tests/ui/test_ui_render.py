@@ -232,6 +232,32 @@ def test_ready_made_comparisons_are_configs_over_every_registered_strategy():
         assert parse_table(table_of(rows), SHARED) == [(label, replace(c, max_new_tokens=16)) for label, c in rows]
 
 
+def test_compare_opens_on_gamma_policies_and_shows_only_the_columns_its_rows_read():
+    from specviz.models.presets import PRESETS
+    from specviz.ui.compare import show_columns
+    from specviz.ui.comparison import ROW_SETTINGS, comparison_presets, default_table, parse_table, table_of
+
+    best = PRESETS["smollm2-offline"].fixed_gamma
+    first = default_table("smollm2-offline")
+    assert list(first["label"]) == [f"fixed γ={best}", "online", "fsm", "hf-heuristic"]
+    assert list(first.columns) == ["label", "Draft", "γ", "γ policy"]  # every row reads only these
+    tables = comparison_presets("smollm2-offline")
+    rules = table_of(next(rows for name, rows in tables.items() if name.startswith("acceptance rules")))
+    assert {"judge threshold δ", "lenience", "top-k"} <= set(rules.columns)
+    cells = rules.set_index("label")
+    assert cells.loc["judge", "judge threshold δ"] == 0.5 and cells.loc["exact", "judge threshold δ"] == ""  # not read there
+    assert cells.loc["exact", "top-k"] == "" and cells.loc["topk", "top-k"] == 5
+    trees = [("chain", DecodeConfig(draft="head", gamma=3, gamma_policy="fixed")),
+             ("tree", DecodeConfig(draft="head", tree_nodes=8, gamma_policy="fixed"))]
+    table = table_of(trees)
+    assert {"tree nodes", "tree branching", "tree kind"} <= set(table.columns) and table.set_index("label").loc["tree", "γ"] == ""
+    assert parse_table(table, SHARED) == [(label, replace(c, max_new_tokens=16)) for label, c in trees]
+    every = table_of(trees, every_setting=True)
+    assert len(every.columns) == 1 + len(ROW_SETTINGS) and parse_table(every, SHARED) == parse_table(table, SHARED)
+    assert list(show_columns(every, False, "smollm2-offline").columns) == list(table.columns)
+    assert list(show_columns(table, True, "smollm2-offline").columns) == list(every.columns)
+
+
 def test_traces_open_in_explore_without_a_model_and_bad_files_show_an_error(tmp_path):
     from pathlib import Path
 
