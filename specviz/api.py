@@ -247,7 +247,7 @@ def _target(target: Any, tokenizer: Any, config: DecodeConfig) -> tuple[LoadedMo
 
 
 def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, **settings: Any) -> Iterator[StepEvent]:
-    """Decode ``prompt`` and yield one :class:`~specviz.core.engine.StepEvent` per step (see :func:`speculate`)."""
+    """Decode ``prompt`` and yield one :class:`~specviz.core.record.StepEvent` per step (see :func:`speculate`)."""
     with _api_names():
         config, models = _inputs(target, draft, tokenizer, settings)
         return prepare(config, prompt, bank(), **models).events()

@@ -35,7 +35,7 @@ class LengthPolicy:
         return self.gamma
 
     def observe(self, event) -> None:
-        """Learn from a finished step (a :class:`specviz.core.engine.StepEvent`)."""
+        """Learn from a finished step (a :class:`specviz.core.record.StepEvent`)."""
 
     def observe_target(self, event) -> None:
         """A step taken without this policy (a plain step, or another drafter's): only the target's timing applies."""
