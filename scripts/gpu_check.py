@@ -10,8 +10,11 @@ random weights in the shape that matters:
 3. a random target of Qwen3-8B's shape in bf16: AR tok/s against ``generate`` (interleaved rounds), against the
    bandwidth limit (weight bytes ÷ the measured device-to-device copy bandwidth), the verify cost of 1…64 fed tokens
    relative to 1, CUDA graphs on against off (the capture counted), and one speculative run's draft / verify / overhead
-   split with a synthetic EAGLE-3 head of the published 8B heads' shape, as a chain and as a dynamic token tree.
-Random heads are rarely accepted, so (3) measures costs, not speedups.
+   split with a synthetic EAGLE-3 head of the published 8B heads' shape, as a chain and as a dynamic token tree
+   (random heads are rarely accepted, so this measures costs, not speedups);
+4. a speedup: the same target with its layers after the 4th damped and a copy of its first 4 layers as the draft, AR
+   against SD at γ 1–5 and a dynamic tree, each beside the cost model's prediction and transformers' assisted
+   generation with the same draft and γ.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import transformers
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from specviz.analysis.cost_model import predict_run  # noqa: E402
+from specviz.bench.harness import hf_assisted_generate  # noqa: E402
 from specviz.core.cache import LoadedModel  # noqa: E402
 from specviz.core.drafters import ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
@@ -283,6 +288,70 @@ def speculative_split(target: LoadedModel, n: int) -> None:
                "drafts (random head)")
 
 
+def accepted_pair(target: LoadedModel, keep: int = 4, damping: float = 0.02) -> tuple[LoadedModel, LoadedModel]:
+    """A target whose layers after the first ``keep`` are damped (their attention and MLP outputs scaled by
+    ``damping``) and a draft made of its first ``keep`` layers, norm and LM head: a pair whose drafts the target
+    accepts often, so the loop's speedup can be measured without trained weights."""
+    with torch.no_grad():
+        for layer in target.model.model.layers[keep:]:
+            layer.self_attn.o_proj.weight.mul_(damping)
+            layer.mlp.down_proj.weight.mul_(damping)
+    config = target.model.config.to_dict()
+    layer_types = config.get("layer_types") or []
+    draft_config = type(target.model.config)(**{**config, "num_hidden_layers": keep, "layer_types": layer_types[:keep] or None})
+    with torch.device(DEVICE):
+        draft = transformers.AutoModelForCausalLM.from_config(draft_config, dtype=target.model.dtype).eval()
+    draft.load_state_dict({k: v for k, v in target.model.state_dict().items() if not k.startswith("model.layers.")
+                           or int(k.split(".")[2]) < keep}, strict=True)
+    draft.generation_config.eos_token_id, draft.generation_config.pad_token_id = None, 0
+    return target, LoadedModel(f"first {keep} layers", draft, target.vocab_size)
+
+
+@guarded("8B accepted draft")
+def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
+    """AR, then SD at γ 1–5 and a dynamic 8-node tree with the draft of :func:`accepted_pair`, each against
+    transformers' assisted generation with the same draft and γ; beside every realized speedup, the cost model's
+    prediction from the run's own acceptance and costs (``specviz.analysis.cost_model.predict_run``)."""
+    target, draft = accepted_pair(target)
+    prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
+    capacity = len(prompt) + n + 1 + MAX_TREE_NODES
+
+    def engine(gamma: int, tree: TreeShape | None) -> list:
+        cached = cached_model(target, capacity=capacity, graphs=GRAPHS)
+        if not gamma:
+            return list(decode(cached, prompt, max_new_tokens=n))
+        drafter = ModelDrafter(cached_model(draft, capacity=capacity, graphs=GRAPHS))
+        return list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
+
+    runs = {"ar": (0, None), **{f"γ={g}": (g, None) for g in range(1, 6)}, "dynamic tree of 8 nodes": (8, TreeShape(8, 2, "dynamic", 8))}
+    for gamma, tree in runs.values():  # warm-up: every graph captured once
+        engine(gamma, tree)
+    seconds: dict[str, list[float]] = {k: [] for k in runs}
+    events: dict[str, list] = {}
+    for _ in range(rounds):
+        for label, (gamma, tree) in runs.items():
+            box: list = []
+            seconds[label].append(timed(lambda gamma=gamma, tree=tree, box=box: box.extend(engine(gamma, tree))))
+            events[label] = box
+    ar_s = statistics.median(seconds["ar"])
+    t1 = sum(e.verify_ms for e in events["ar"]) / len(events["ar"])
+    assert len(emitted(events["ar"])) == n
+    record("8B accepted draft", "AR", round(n / ar_s, 1), "tok/s", f"{n} tokens after a {len(prompt)}-token prompt, median of {rounds}")
+    for label, (gamma, tree) in list(runs.items())[1:]:
+        tokens = len(emitted(events[label]))
+        speedup = tokens / statistics.median(seconds[label]) / (n / ar_s)
+        predicted = predict_run(events[label], t1)["predicted_speedup"]
+        steps = [e for e in events[label] if e.draft_ids]
+        accepted = sum(e.accepted for e in steps) / max(1, sum(len(e.draft_ids) for e in steps))
+        note = (f"predicted {predicted:.2f}× (realized ÷ predicted {speedup / predicted:.2f}); {accepted:.0%} of drafts accepted; "
+                f"{tokens} tokens, {'the same as' if emitted(events[label]) == emitted(events['ar']) else 'not all equal to'} AR's")
+        if tree is None:
+            hf = statistics.median(timed(lambda gamma=gamma: hf_assisted_generate(target.model, draft.model, prompt, gamma, n, []))
+                                   for _ in range(rounds))
+            note += f"; {hf / statistics.median(seconds[label]):.2f}× transformers' assisted generation (same draft and γ)"
+        record("8B accepted draft", f"SD {label}: realized speedup over the engine's AR", round(speedup, 2), "×", note)
+
+
 def device_name() -> str:
     return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu smoke run"
 
@@ -303,7 +372,7 @@ def write(out_dir: Path, started: float) -> Path:
              f"`bash scripts/gpu_check.sh` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit "
              f"{os.environ.get('SPECVIZ_COMMIT', 'unknown')}; torch {torch.__version__}, transformers {transformers.__version__}, "
              f"CUDA {torch.version.cuda}; {time.perf_counter() - started:.0f} s in all. Random weights throughout (see "
-             "scripts/gpu_check.py): costs and exactness, not acceptance.", ""]
+             "scripts/gpu_check.py): costs and exactness; the accepted draft's speedups come from a damped target.", ""]
     section = None
     for row in ROWS:
         if row["section"] != section:
@@ -344,6 +413,7 @@ def main() -> None:
     ar_8b(target, a.tokens, a.rounds)
     verify_cost(target)
     speculative_split(target, 48)
+    accepted_draft(target, a.tokens, a.rounds)  # last: it damps the target's later layers
     stem = write(a.out, started)
     print(f"wrote {stem}.md and .csv", flush=True)
 
