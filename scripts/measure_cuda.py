@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 import transformers
 
-from specviz.bench.harness import hf_assisted_generate, markdown, rotations
+from specviz.bench.harness import hf_assisted_generate, rotations
+from specviz.bench.report import markdown
 from specviz.core.cache import CachedModel, LoadedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode

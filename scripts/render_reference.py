@@ -28,7 +28,7 @@ from render_tables import markdown as table  # noqa: E402
 
 import specviz.cli as cli  # noqa: E402
 from specviz.api import Trace  # noqa: E402
-from specviz.bench.harness import CONFIG_SETS  # noqa: E402
+from specviz.bench.configs import CONFIG_SETS  # noqa: E402
 from specviz.core.drafters import LevelRecord  # noqa: E402
 from specviz.core.env import ENV  # noqa: E402
 from specviz.core.metrics import METRICS, summarize  # noqa: E402
@@ -143,7 +143,7 @@ def bench_sets_table() -> str:
     default_tokens = subcommand("bench").get_default("max_new_tokens")
     rows = [[code(name), ", ".join(code(c.label) for c in make(default_tokens))] for name, make in CONFIG_SETS.items()]
     return (markdown(["`--configs`", "rows (the first is the reference)"], rows)
-            + "\n\n*Rendered from `CONFIG_SETS` (`specviz/bench/harness.py`) by `scripts/render_reference.py`.*")
+            + "\n\n*Rendered from `CONFIG_SETS` (`specviz/bench/configs.py`) by `scripts/render_reference.py`.*")
 
 
 # --- the JSON object ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from specviz.analysis.advisor import LEVEL_GAMMA
-from specviz.bench.harness import CONFIG_SETS
+from specviz.bench.configs import CONFIG_SETS
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.core.policy import MAX_GAMMA
 from specviz.models.presets import OFFLINE_PRESET

@@ -6,19 +6,9 @@ import math
 
 import pytest
 
-from specviz.bench.harness import (
-    CONFIG_SETS,
-    BenchConfig,
-    fastest_runs,
-    head_configs,
-    hf_assisted_generate,
-    markdown,
-    peer_table,
-    rotations,
-    summary_table,
-    theory_columns,
-    write_results,
-)
+from specviz.bench.configs import CONFIG_SETS, BenchConfig, head_configs
+from specviz.bench.harness import fastest_runs, hf_assisted_generate, rotations
+from specviz.bench.report import markdown, peer_table, summary_table, theory_columns, write_results
 from specviz.runtime.config import DecodeConfig
 from tests.test_engine import PROMPTS, reference
 

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from specviz.analysis.suites import typical_prompt
-from specviz.bench.harness import CONFIG_SETS, default_row
+from specviz.bench.configs import CONFIG_SETS, default_row
 from specviz.models.presets import OFFLINE_PRESET, PRESETS
 from specviz.ui.handlers import FIRST_PROMPT, example_prompts
 

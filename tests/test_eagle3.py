@@ -16,7 +16,8 @@ from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
 from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
-from specviz.methods.eagle3 import Eagle3Drafter, head_dir, load_eagle3
+from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3
+from specviz.methods.eagle3_format import head_dir
 from specviz.models.backends import cached_model
 from specviz.models.loading import load_model
 from specviz.runtime.prepare import drafter_kind

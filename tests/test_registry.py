@@ -21,7 +21,7 @@ class DoublingPolicy(LengthPolicy):
         self.gamma = min(10, self.gamma * 2) if full else max(1, self.gamma // 2)
 '''
 CHECK = '''
-from specviz.bench.harness import policy_configs
+from specviz.bench.configs import policy_configs
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.runtime.config import DecodeConfig
 from specviz.ui.controls import describe, setting_control

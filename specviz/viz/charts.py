@@ -152,12 +152,6 @@ def dynamics_figure(d: Dynamics) -> go.Figure:
     return figure(dynamics_spec(d))
 
 
-
-
-
-
-
-
 @dataclass
 class Measured:
     """A finished run's numbers placed on the theory plot: α, c (draft time per token / T(1)), the mean γ (a tree: its
