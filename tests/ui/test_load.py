@@ -20,15 +20,16 @@ import specviz
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 10
-CONFIGS = [  # (prompt, settings): greedy and sampled, several drafts, γ and policies
+CONFIGS = [  # (prompt, settings): greedy and sampled, several drafts, γ and policies; a sampled run equals its solo run
+    # only where γ does not depend on timing, so those fix their policy (the default, online, reads timings)
     ("Name three rivers in Europe.", {"draft": "ngram", "gamma": 2}),
     ("Write a haiku about snow.", {"draft": "head", "gamma": 3}),
     ("What is 12 times 7?", {"draft": "draft-s", "gamma": 1}),
-    ("List two uses of copper.", {"draft": "head", "gamma": 3, "temperature": 0.8, "top_p": 0.9, "seed": 4}),
+    ("List two uses of copper.", {"draft": "head", "gamma": 3, "gamma_policy": "fixed", "temperature": 0.8, "top_p": 0.9, "seed": 4}),
     ("Describe a cat in one sentence.", {"draft": "ngram", "gamma": 4, "gamma_policy": "fsm"}),
-    ("Give a synonym for happy.", {"draft": "draft-m", "gamma": 2, "temperature": 0.7, "seed": 11}),
+    ("Give a synonym for happy.", {"draft": "draft-m", "gamma": 2, "gamma_policy": "fixed", "temperature": 0.7, "seed": 11}),
     ("Translate 'good morning' to French.", {"draft": "head", "gamma": 2, "gamma_policy": "online"}),
-    ("Why is the sea salty?", {"draft": "ngram", "gamma": 3, "temperature": 1.0, "seed": 2}),
+    ("Why is the sea salty?", {"draft": "ngram", "gamma": 3, "gamma_policy": "hf-heuristic", "temperature": 1.0, "seed": 2}),
 ]
 
 
