@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from specviz.analysis.cost_model import predict_run  # noqa: E402
 from specviz.bench.harness import hf_assisted_generate  # noqa: E402
 from specviz.core.cache import LoadedModel  # noqa: E402
-from specviz.core.drafters import ModelDrafter, NGramDrafter  # noqa: E402
+from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.policy import LengthPolicy  # noqa: E402
 from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
@@ -143,8 +143,8 @@ def exactness_135m(n: int) -> None:
     draft = random_model({**SMOLLM2_135M, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                           "num_key_value_heads": 2}, "llama", torch.float32, seed=1)
     head = FeatureHead(target.model.config, (3, 14, 29)).to(device=DEVICE, dtype=torch.float32).eval()
-    cases = [("ar", 0, None)] + [(d, g, None) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3, None)]
-    cases += [(d, 8, TreeShape(8, 2, "dynamic", 8)) for d in ("draft", "ngram", "feature head")]
+    cases = [("ar", 0, CHAIN)] + [(d, g, CHAIN) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3, CHAIN)]
+    cases += [(d, 8, TreeShape(2, "dynamic")) for d in ("draft", "ngram", "feature head")]
     for prompt_set, ids in enumerate(prompts(3, SMOLLM2_135M["vocab_size"])):
         ref = generate(target, ids, n)
         for name, gamma, tree in cases:
@@ -160,7 +160,7 @@ def exactness_135m(n: int) -> None:
             out = emitted(decode(cached, ids, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
             d = first_difference(out, ref)
             note = "" if d is None else f"first difference at {d}, top-2 margin {top2_margin(target, ids + ref[:d]):.5f}"
-            shape = f"tree of {gamma} nodes" if tree else f"γ={gamma}"
+            shape = f"tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
             label = f"135M-shape {name} {shape} prompt {prompt_set} (len {len(ids)})"
             record("exactness fp32", label, "equal" if d is None else "DIFFERS", "", note)
 
@@ -273,7 +273,7 @@ def speculative_split(target: LoadedModel, n: int) -> None:
                                device=DEVICE)
         head = load_eagle3(head_path, target.model)
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
-    for gamma, tree in ((3, None), (6, None), (16, TreeShape(16, 4, "dynamic", 16))):
+    for gamma, tree in ((3, CHAIN), (6, CHAIN), (16, TreeShape(4, "dynamic"))):
         runs = []
         for _ in range(2):  # the first run captures the graphs
             cached = cached_model(target, capacity=len(prompt) + n + 1 + MAX_TREE_NODES, graphs=GRAPHS, taps=head.taps)
@@ -281,7 +281,7 @@ def speculative_split(target: LoadedModel, n: int) -> None:
                                     tree=tree)))
         steps = [e for e in runs[-1][1:] if e.draft_ids]
         split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
-        shape = f"dynamic tree of {gamma} nodes" if tree else f"γ={gamma}"
+        shape = f"dynamic tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
         record("8B speculative step", f"EAGLE-3 head {shape}: draft / verify / overhead / total per step",
                " / ".join(f"{v:.2f}" for v in split.values()), "ms",
                f"median over {len(steps)} steps; accepted {sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} "
@@ -316,14 +316,14 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
     capacity = len(prompt) + n + 1 + MAX_TREE_NODES
 
-    def engine(gamma: int, tree: TreeShape | None) -> list:
+    def engine(gamma: int, tree: TreeShape) -> list:
         cached = cached_model(target, capacity=capacity, graphs=GRAPHS)
         if not gamma:
             return list(decode(cached, prompt, max_new_tokens=n))
         drafter = ModelDrafter(cached_model(draft, capacity=capacity, graphs=GRAPHS))
         return list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
 
-    runs = {"ar": (0, None), **{f"γ={g}": (g, None) for g in range(1, 6)}, "dynamic tree of 8 nodes": (8, TreeShape(8, 2, "dynamic", 8))}
+    runs = {"ar": (0, CHAIN), **{f"γ={g}": (g, CHAIN) for g in range(1, 6)}, "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
     for gamma, tree in runs.values():  # warm-up: every graph captured once
         engine(gamma, tree)
     seconds: dict[str, list[float]] = {k: [] for k in runs}
@@ -345,7 +345,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         accepted = sum(e.accepted for e in steps) / max(1, sum(len(e.draft_ids) for e in steps))
         note = (f"predicted {predicted:.2f}× (realized ÷ predicted {speedup / predicted:.2f}); {accepted:.0%} of drafts accepted; "
                 f"{tokens} tokens, {'the same as' if emitted(events[label]) == emitted(events['ar']) else 'not all equal to'} AR's")
-        if tree is None:
+        if tree == CHAIN:
             hf = statistics.median(timed(lambda gamma=gamma: hf_assisted_generate(target.model, draft.model, prompt, gamma, n, []))
                                    for _ in range(rounds))
             note += f"; {hf / statistics.median(seconds[label]):.2f}× transformers' assisted generation (same draft and γ)"

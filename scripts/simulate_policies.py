@@ -26,13 +26,14 @@ import json
 import shlex
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import torch
 
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.methods.policies import ConfidencePolicy, OnlinePolicy
 from specviz.runtime.config import DecodeConfig
@@ -58,7 +59,7 @@ def record(out: Path) -> None:
         answer = [t for e in run.events() for t in e.emitted_ids][:NEW_TOKENS]
         tokens = run.prompt_ids + answer
         drafter = run.drafters[0]
-        drafter.observe(run.target.forward(tokens, keep=1))  # the target's states at every answer position
+        run.target.forward(tokens, keep=1)  # the target's states at every answer position
         greedy =  Sampler(0.0, 1.0, 0, run.target.lm.device)
         lengths, confidences = [], []
         for t in range(len(answer)):
@@ -95,9 +96,8 @@ def verify_ms(cost: dict, gamma: int) -> float:
     return cost["verify"].get(gamma, intercept + slope * gamma)
 
 
-def drafted(policy, gamma: int, top_q: list[float]) -> tuple[int, int]:
+def drafted(stop, gamma: int, top_q: list[float]) -> tuple[int, int]:
     """Drafts kept and drafts computed: a stop rule sees each draft's top probability only after computing it."""
-    stop = policy.stop_rule
     kept = gamma if stop is None else next((k for k in range(gamma) if stop(torch.tensor([top_q[k]]))), gamma)
     return kept, min(gamma, kept + 1)
 
@@ -109,8 +109,8 @@ def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int,
     answer, lengths = row["answer"], row["L"]
     pos, ms, steps = 0, 0.0, 0
     while pos < len(answer):
-        gamma = policy.choose(head, answer[:pos])
-        gamma, computed = drafted(policy, gamma, row["top_q"][pos]) if gamma else (0, 0)
+        choice = policy.choose(head, answer[:pos])
+        gamma, computed = drafted(choice.stop, choice.gamma, row["top_q"][pos]) if choice.gamma else (0, 0)
         jitter = 1 + noise * float(torch.randn(1, generator=rng))
         draft = (cost["draft"][0] + cost["draft"][1] * computed) * jitter if computed else 0.0
         if gamma == 0:
@@ -119,8 +119,7 @@ def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int,
             verify = verify_ms(cost, gamma) * jitter
             accepted = min(gamma, lengths[pos])
         emitted = min(accepted + 1, len(answer) - pos)
-        policy.observe(SimpleNamespace(draft_ids=[0] * gamma, accepted=accepted, draft_ms=draft, verify_ms=verify,
-                                       emitted_ids=[0] * emitted, total_ms=draft + verify, drafter="head", tree=None))
+        policy.observe(Outcome(gamma, accepted, draft, verify, emitted, draft + verify, None, "head"))
         pos, ms, steps = pos + emitted, ms + draft + verify, steps + 1
     return pos, ms, steps
 
@@ -133,14 +132,21 @@ class Clairvoyant(LengthPolicy):
         super().__init__(0)
         self.lengths = lengths
 
-    def choose(self, drafter, tokens: list[int]) -> int:
-        return self.lengths[len(tokens)]
+    def choose(self, drafter, tokens: list[int]) -> Choice:
+        return Choice(self.lengths[len(tokens)])
 
 
-def stopping(policy, threshold: float):
+class Stopping(LengthPolicy):
     """``policy`` with transformers' confidence stop (the ``confidence`` policy's rule) on top."""
-    policy.stop_rule = ConfidencePolicy(threshold=threshold).stop_rule
-    return policy
+
+    def __init__(self, policy: LengthPolicy, threshold: float):
+        self.policy, self.stop = policy, ConfidencePolicy(threshold=threshold).stop_rule
+
+    def choose(self, drafter, tokens: list[int]) -> Choice:
+        return replace(self.policy.choose(drafter, tokens), stop=self.stop)
+
+    def observe(self, outcome: Outcome) -> None:
+        self.policy.observe(outcome)
 
 
 def main_replay(out: Path, matches: Path = MATCHES, costs: Path = COSTS, noise: float = 0.03, command: str = "") -> None:
@@ -154,8 +160,8 @@ def main_replay(out: Path, matches: Path = MATCHES, costs: Path = COSTS, noise: 
                (lambda row, w=w: OnlinePolicy(start, prior=row["predicted_acceptance"], prior_weight=w))
                for w in (1, 2, 4)}
     makers |= {f"confidence τ={t}": (lambda row, t=t: ConfidencePolicy(threshold=t)) for t in (0.2, 0.3, 0.4, 0.5)}
-    makers |= {f"online + stop τ={t}": (lambda row, t=t: stopping(OnlinePolicy(start), t)) for t in (0.2, 0.3, 0.4)}
-    makers |= {f"fixed γ={g} + stop τ={t}": (lambda row, g=g, t=t: stopping(GAMMA_POLICIES["fixed"](g), t))
+    makers |= {f"online + stop τ={t}": (lambda row, t=t: Stopping(OnlinePolicy(start), t)) for t in (0.2, 0.3, 0.4)}
+    makers |= {f"fixed γ={g} + stop τ={t}": (lambda row, g=g, t=t: Stopping(GAMMA_POLICIES["fixed"](g), t))
                for g in (3, 4, 6) for t in (0.2, 0.3)}
     makers["clairvoyant (γ = the accepted length)"] = lambda row: Clairvoyant(row["L"])
     rates = {name: [] for name in makers}

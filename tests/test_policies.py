@@ -8,8 +8,9 @@ import pytest
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.formulas import expected_tokens
+from specviz.core.policy import Outcome
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.estimation import History, ProbeSchedule, StepRecord, VerifyCost, predicted_rates
+from specviz.methods.estimation import History, ProbeSchedule, VerifyCost, predicted_rates
 from specviz.methods.policies import ConfidencePolicy, FSMPolicy, HFHeuristicPolicy, OnlinePolicy, make_policy
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
@@ -19,9 +20,7 @@ DRAFTER = SimpleNamespace(name="d")
 
 
 def event(gamma, accepted, draft_ms=1.0, verify_ms=40.0, drafter="d"):
-    emitted = accepted + 1
-    return SimpleNamespace(draft_ids=[0] * gamma, accepted=accepted, draft_ms=draft_ms * gamma, verify_ms=verify_ms,
-                           emitted_ids=[0] * emitted, total_ms=verify_ms + draft_ms * gamma, drafter=drafter, tree=None)
+    return Outcome(gamma, accepted, draft_ms * gamma, verify_ms, accepted + 1, verify_ms + draft_ms * gamma, None, drafter)
 
 
 def test_a_tree_is_priced_by_the_depth_it_reaches():
@@ -29,11 +28,11 @@ def test_a_tree_is_priced_by_the_depth_it_reaches():
     are those of the depth it reached (measured at that budget, else scaled by the window's depth per node)."""
     hist = History()
     for accepted in (3, 1, 3, 2):
-        hist.add(StepRecord(8, accepted, 8.0, 40.0, accepted + 1, 48.0, depth=3))
+        hist.add(Outcome(8, accepted, 8.0, 40.0, accepted + 1, 48.0, depth=3))
     assert hist.acceptance() == pytest.approx(9 / (9 + 2))  # two steps stopped short of depth 3
     assert hist.depth_of(8) == 3 and hist.depth_of(4) == pytest.approx(1.5)
     chain = History()
-    chain.add(StepRecord(4, 2, 4.0, 40.0, 3, 44.0))
+    chain.add(Outcome(4, 2, 4.0, 40.0, 3, 44.0))
     assert chain.depth_of(6) == 6  # a chain reaches its γ
 
 
@@ -50,14 +49,14 @@ def simulate(alpha, gamma, steps, seed=0):
 def test_mle_recovers_true_rate_and_naive_does_not(alpha):
     hist = History(h=5000, acc_max=0.999)
     for v in simulate(alpha, 4, 5000):
-        hist.add(StepRecord(4, v, 4.0, 40.0, v + 1, 44.0))
+        hist.add(Outcome(4, v, 4.0, 40.0, v + 1, 44.0))
     assert hist.acceptance() == pytest.approx(alpha, abs=0.02)
     assert hist.naive_acceptance() < alpha - 0.05
 
 
 def test_acceptance_is_capped():
     hist = History(acc_max=0.9)
-    hist.add(StepRecord(4, 4, 4.0, 40.0, 5, 44.0))
+    hist.add(Outcome(4, 4, 4.0, 40.0, 5, 44.0))
     assert hist.acceptance() == 0.9
 
 
@@ -81,10 +80,10 @@ def test_expected_tokens_and_argmax_by_hand():
 def test_verify_model_fits_a_line_through_drafted_steps_and_times_plain_ones_apart():
     hist = History(h=4)
     assert hist.verify_model() is None
-    hist.add(StepRecord(0, 0, 0.0, 25.0, 1, 25.0))
+    hist.add(Outcome(0, 0, 0.0, 25.0, 1, 25.0))
     assert hist.verify_model() == VerifyCost(25.0, 25.0, 0.0)
     for g in (1, 2, 3, 4, 1, 2, 3, 4):  # twice the window: the plain step must survive them
-        hist.add(StepRecord(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
+        hist.add(Outcome(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
     cost = hist.verify_model()
     assert cost.plain == 25.0 and cost.intercept == pytest.approx(40) and cost.slope == pytest.approx(3)
     assert cost(0) == 25.0 and cost(2) == pytest.approx(46) and cost(6) == pytest.approx(58)
@@ -94,7 +93,7 @@ def test_verify_model_fits_a_line_through_drafted_steps_and_times_plain_ones_apa
 def test_a_measured_gamma_keeps_its_own_verify_cost_where_the_line_would_miss_a_kernel_step():
     hist = History(h=8)
     for g in (1, 2, 3, 1, 2, 3, 4):  # cheap up to γ = 3, then a slower kernel
-        hist.add(StepRecord(g, 0, 1.0, 30.0 if g == 4 else 20.0 + 0.5 * g, 1, 0.0))
+        hist.add(Outcome(g, 0, 1.0, 30.0 if g == 4 else 20.0 + 0.5 * g, 1, 0.0))
     cost = hist.verify_model()
     assert cost(3) == pytest.approx(21.5) and cost(4) == pytest.approx(30.0)
     assert cost(6) == pytest.approx(cost.intercept + 6 * cost.slope) and cost(6) > 30.0
@@ -106,18 +105,18 @@ def test_a_measured_gamma_keeps_its_own_verify_cost_where_the_line_would_miss_a_
 
 def test_an_unmeasured_short_gamma_is_priced_at_the_nearest_shorter_verify_so_it_gets_tried():
     hist = History(h=8)
-    hist.add(StepRecord(0, 0, 0.0, 20.0, 1, 20.0))
+    hist.add(Outcome(0, 0, 0.0, 20.0, 1, 20.0))
     for g in (4, 4, 5, 4, 5, 4):  # only long, slow verifies so far: the line through them puts γ = 3 at 26 ms
-        hist.add(StepRecord(g, 0, 1.0, 30.0 + 4 * (g - 4), 1, 0.0))
+        hist.add(Outcome(g, 0, 1.0, 30.0 + 4 * (g - 4), 1, 0.0))
     cost = hist.verify_model()
     assert cost.intercept + cost.slope == pytest.approx(18.0) and cost.intercept + 3 * cost.slope == pytest.approx(26.0)
     assert cost(1) == cost(3) == 20.0 and cost(4) == 30.0 and cost(6) == pytest.approx(38.0)
     assert max(predicted_rates(0.5, 0.5, cost, 6, 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
-    hist.add(StepRecord(3, 0, 1.0, 21.0, 1, 0.0))
+    hist.add(Outcome(3, 0, 1.0, 21.0, 1, 0.0))
     assert hist.verify_model()(2) == 20.0 and hist.verify_model()(3) == 21.0
     no_plain = History(h=8)
     for g in (3, 6):
-        no_plain.add(StepRecord(g, 0, 1.0, 20.0 + 5 * g, 1, 0.0))
+        no_plain.add(Outcome(g, 0, 1.0, 20.0 + 5 * g, 1, 0.0))
     assert no_plain.verify_model()(1) == pytest.approx(25.0)  # nothing shorter known: the line, capped by γ = 3's cost
     assert no_plain.verify_model()(2) == pytest.approx(30.0) and no_plain.verify_model()(4) == 35.0
 
@@ -128,21 +127,24 @@ def test_online_policy_picks_zero_then_probes():
         policy.observe(event(4, 0, draft_ms=30.0))
     choices = []
     for _ in range(6):
-        choices.append(policy.choose(DRAFTER, []))
+        choices.append(policy.choose(DRAFTER, []).gamma)
         policy.observe(event(choices[-1], 0, draft_ms=30.0) if choices[-1] else event(0, 0))
     assert choices.count(0) >= 4 and 1 in choices
-    assert "pred_tok_s" in policy.explain()
+    assert "pred_tok_s" in policy.choose(DRAFTER, []).why
 
 
 def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is_high():
     policy = OnlinePolicy(gamma=2)
-    assert policy.choose(DRAFTER, []) == 2 and "initial" in policy.explain()["reason"]
+    choice = policy.choose(DRAFTER, [])
+    assert choice.gamma == 2 and "initial" in choice.why["reason"]
     for _ in range(10):
         policy.observe(event(2, 2, draft_ms=1.0))
-    assert policy.choose(DRAFTER, []) == 0 and policy.explain()["reason"].startswith("timing")
+    choice = policy.choose(DRAFTER, [])
+    assert choice.gamma == 0 and choice.why["reason"].startswith("timing")
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))  # a plain step, whoever would have drafted
-    assert policy.choose(DRAFTER, []) >= 6
-    b_p = policy.explain()["b_p_ms"]
+    choice = policy.choose(DRAFTER, [])
+    assert choice.gamma >= 6
+    b_p = choice.why["b_p_ms"]
     assert b_p["0"] == b_p["1"] == 39.0 and b_p["2"] == b_p["10"] == 40.0  # γ = 1 at the plain step's cost until tried
 
 
@@ -155,11 +157,12 @@ def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_th
 
     # one pseudo-observation at 0.5: acc = 0.5 / 2 = 0.25; γ = 2 → 1.31 / 60 ms = 21.9 tok/s > plain 1 / 49 ms = 20.4
     policy = after_one_rejection()
-    assert policy.choose(DRAFTER, []) == 2 and policy.explain()["acc"] == pytest.approx(0.25) and policy.explain()["acc_mle"] == 0
-    assert after_one_rejection(prior_weight=0).choose(DRAFTER, []) == 0  # the paper's MLE: 0 after one observation
+    choice = policy.choose(DRAFTER, [])
+    assert choice.gamma == 2 and choice.why["acc"] == pytest.approx(0.25) and choice.why["acc_mle"] == 0
+    assert after_one_rejection(prior_weight=0).choose(DRAFTER, []).gamma == 0  # the paper's MLE: 0 after one observation
     for _ in range(2):
         policy.observe(event(1, 0, draft_ms=1.0, verify_ms=58.0))
-    assert policy.choose(DRAFTER, []) == 0  # 0.5 / 4 = 0.125: three rejections are evidence enough
+    assert policy.choose(DRAFTER, []).gamma == 0  # 0.5 / 4 = 0.125: three rejections are evidence enough
 
 
 def test_online_policy_stops_drafting_when_a_verify_costs_more_than_the_accepted_tokens_repay():
@@ -168,9 +171,9 @@ def test_online_policy_stops_drafting_when_a_verify_costs_more_than_the_accepted
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))
     for v in (1, 0, 0, 1, 0, 0, 0, 1):
         policy.observe(event(2, v, draft_ms=1.0, verify_ms=62.0))
-    assert policy.choose(DRAFTER, []) == 1  # γ = 1 is not measured yet, and might cost no more than a plain step
+    assert policy.choose(DRAFTER, []).gamma == 1  # γ = 1 is not measured yet, and might cost no more than a plain step
     policy.observe(event(1, 0, draft_ms=1.0, verify_ms=62.0))
-    assert policy.choose(DRAFTER, []) == 0
+    assert policy.choose(DRAFTER, []).gamma == 0
 
 
 def test_probes_back_off_while_they_do_not_pay_and_start_over_when_drafting_wins():
@@ -204,15 +207,16 @@ def test_hf_heuristic_schedule():
 def test_confidence_stop_rule():
     import torch
 
-    p = ConfidencePolicy(threshold=0.4)
-    assert p.stop_rule(torch.tensor([0.3, 0.3, 0.4 - 1e-3, 0.0]))
-    assert not p.stop_rule(torch.tensor([0.5, 0.5]))
+    p = ConfidencePolicy(threshold=0.4).choose(DRAFTER, [])
+    assert p.gamma == 10 and p.stop(torch.tensor([0.3, 0.3, 0.4 - 1e-3, 0.0]))
+    assert not p.stop(torch.tensor([0.5, 0.5]))
 
 
 def test_cache_fsm_jumps_on_a_repeated_suffix():
     p = make_policy("cache-fsm", 3)
-    assert p.choose(DRAFTER, [1, 2, 3, 4, 5, 6]) == 3
-    assert p.choose(DRAFTER, [1, 2, 3, 9, 1, 2, 3]) == p.long_gamma
+    assert p.choose(DRAFTER, [1, 2, 3, 4, 5, 6]).gamma == 3
+    choice = p.choose(DRAFTER, [1, 2, 3, 9, 1, 2, 3])
+    assert choice.gamma == p.long_gamma and choice.why["suffix_seen_before"]
 
 
 def named(name: str) -> Drafter:
@@ -226,7 +230,7 @@ def test_selector_explores_then_exploits():
     sel = OnlineSelector(explore=2)
     picks = []
     for _ in range(8):
-        d = sel.choose([a, b], [])
+        d = sel.choose([a, b], []).drafter
         picks.append(d.name if d else None)
         sel.observe(event(4, 4, drafter="b") if d is b else event(4, 0, drafter="a") if d else event(0, 0, drafter="target"))
     assert picks[:4].count("a") == 2 and picks[:4].count("b") == 2
@@ -236,7 +240,7 @@ def test_selector_explores_then_exploits():
 def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prior():
     a, b = named("a"), named("b")
     sel = OnlineSelector(priors={"a": 0.2, "b": 0.6}, prior_weight=2.0)
-    assert sel.choose([a, b], []).name == "b"
+    assert sel.choose([a, b], []).drafter.name == "b"
     sel.observe(event(4, 1, drafter="b"))  # censored MLE alone: 1 / (1 + 1) = 0.5
     assert sel.acceptance("b") == pytest.approx((1 + 2 * 0.6) / (2 + 2))
     assert sel.acceptance("a") == pytest.approx(0.2)  # no steps yet: the prior alone
@@ -252,8 +256,9 @@ def test_selector_explores_a_new_drafter_only_while_it_could_win(accepted, explo
     # a at its prior 0.3 with free drafting: at most (1 - 0.3^11) / 0.7 = 1.43 tokens per 40 ms = 35.7 tok/s.
     # b (5 ms per drafted token) after a full accept: Acc = (4 + 1.2) / (4 + 2) = 0.87, 63.9 tok/s at γ = 4;
     # after a full rejection: Acc = 1.2 / (1 + 2) = 0.4, at best 1.56 tokens per 50 ms = 31.2 tok/s (γ = 2)
-    assert sel.choose([a, b], []).name == ("a" if explores_a else "b")
-    assert sel.explain()["reason"].startswith("exploring") == explores_a
+    pick = sel.choose([a, b], [])
+    assert pick.drafter.name == ("a" if explores_a else "b")
+    assert pick.why["reason"].startswith("exploring") == explores_a
 
 
 def test_selector_pools_the_verify_cost_over_drafters():
@@ -265,7 +270,8 @@ def test_selector_pools_the_verify_cost_over_drafters():
     assert sel.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0), {2: 30.0, 4: 40.0})
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
-    assert sel.choose([a, b], []).name == "a" and sel.explain()["acc"] == {"a": 0.95, "b": 0.0}
+    pick = sel.choose([a, b], [])
+    assert pick.drafter.name == "a" and pick.why["acc"] == {"a": 0.95, "b": 0.0}
 
 
 def test_selector_skips_an_ngram_drafter_without_a_match():
@@ -274,10 +280,10 @@ def test_selector_skips_an_ngram_drafter_without_a_match():
     sel.observe(event(0, 0, drafter="target"))
     sel.observe(event(2, 2, drafter="ngram"))  # the n-gram drafter has the better record ...
     sel.observe(event(2, 1, drafter="m"))
-    assert sel.choose([ngram, model], [1, 2, 3, 1, 2]).name == "ngram"
-    assert sel.choose([ngram, model], [1, 2, 3, 4, 5]).name == "m"  # ... but no earlier match: it would propose nothing
-    assert sel.explain()["idle"] == ["ngram"]
-    assert sel.choose([ngram], [1, 2, 3, 4, 5]) is None  # nobody can propose: a plain step
+    assert sel.choose([ngram, model], [1, 2, 3, 1, 2]).drafter.name == "ngram"
+    pick = sel.choose([ngram, model], [1, 2, 3, 4, 5])
+    assert pick.drafter.name == "m" and pick.why["idle"] == ["ngram"]  # ... but no earlier match: it would propose nothing
+    assert sel.choose([ngram], [1, 2, 3, 4, 5]).drafter is None  # nobody can propose: a plain step
 
 
 def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
@@ -285,12 +291,11 @@ def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
     sel = OnlineSelector(explore=0, probe=4)
     sel.observe(event(0, 0, verify_ms=40.0, drafter="target"))
     sel.observe(event(3, 0, draft_ms=6.0, verify_ms=46.0, drafter="a"))  # never accepted: drafting only costs
-    picks, reasons = [], []
+    picks = []
     for _ in range(12):
         picks.append(sel.choose([a], []))
-        reasons.append(sel.explain()["reason"])
-    assert [p is None for p in picks] == [True] * 3 + [False] + [True] * 7 + [False]  # the 4th probes, then the 8th after it
-    assert reasons[3].startswith("probe") and sel.explain()["pred_tok_s"]["plain"] == pytest.approx(25.0)
+    assert [p.drafter is None for p in picks] == [True] * 3 + [False] + [True] * 7 + [False]  # the 4th probes, then the 8th after it
+    assert picks[3].why["reason"].startswith("probe") and picks[-1].why["pred_tok_s"]["plain"] == pytest.approx(25.0)
 
 
 @pytest.mark.parametrize("name", sorted(GAMMA_POLICIES))
@@ -313,11 +318,10 @@ def test_selector_is_lossless(tiny_target, tiny_draft):
 def test_per_drafter_policy_learns_each_drafter_separately():
     policy = PerDrafterPolicy(lambda: FSMPolicy(4))
     a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
-    assert policy.choose(a, []) == 4 and policy.choose(b, []) == 4
-    full = SimpleNamespace(drafter="a", draft_ids=[1, 2, 3, 4], accepted=4)
-    policy.observe(full)
-    assert policy.choose(a, []) == 5 and policy.choose(b, []) == 4  # b never saw a's step
-    assert policy.explain()["policy"] == "fsm"
+    assert policy.choose(a, []).gamma == 4 and policy.choose(b, []).gamma == 4
+    policy.observe(event(4, 4, drafter="a"))
+    assert policy.choose(a, []).gamma == 5 and policy.choose(b, []).gamma == 4  # b never saw a's step
+    assert policy.choose(a, []).why["policy"] == policy.name == "fsm"
 
 
 def test_per_drafter_online_policies_share_the_targets_timing():
@@ -326,12 +330,13 @@ def test_per_drafter_online_policies_share_the_targets_timing():
     policy = PerDrafterPolicy(lambda: make_policy("online", 3))
     a, b = SimpleNamespace(name="a"), SimpleNamespace(name="b")
     for drafter in (a, b):
-        assert policy.choose(drafter, []) == 3  # no history: the initial γ
+        assert policy.choose(drafter, []).gamma == 3  # no history: the initial γ
         policy.observe(event(3, 2, drafter=drafter.name))
-    assert policy.choose(a, []) == 0 and policy.explain()["reason"].startswith("timing a plain step")
+    choice = policy.choose(a, [])
+    assert choice.gamma == 0 and choice.why["reason"].startswith("timing a plain step")
     policy.observe(event(0, 0, drafter="a"))
-    assert policy.choose(b, []) > 0  # b learnt the plain cost from a's plain step
-    assert policy.choose(a, []) > 0
+    assert policy.choose(b, []).gamma > 0  # b learnt the plain cost from a's plain step
+    assert policy.choose(a, []).gamma > 0
     policy.observe(event(0, 0, drafter="target"))  # the selector's plain step reaches every policy
     assert all(len(p.verify.plain) == 2 for p in policy.policies.values())
     c = SimpleNamespace(name="c")

@@ -16,8 +16,8 @@ from specviz.core.registry import GAMMA_POLICIES
 class DoublingPolicy(LengthPolicy):
     name = "doubling-probe"
 
-    def observe(self, event) -> None:
-        full = event.accepted == len(event.draft_ids)
+    def observe(self, outcome) -> None:
+        full = outcome.accepted == outcome.gamma
         self.gamma = min(10, self.gamma * 2) if full else max(1, self.gamma // 2)
 '''
 CHECK = '''

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import ModelDrafter, NGramDrafter
+from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
-from specviz.core.tree import Tree, TreeShape, ancestry, depths, grow_tree, verify_tree
+from specviz.core.tree import TokenTree, TreeShape, ancestry, depths, grow_tree, verify_tree
 from specviz.methods.feature_head import FeatureDrafter
 from specviz.models.backends import cached_model
 from specviz.models.backends.graphs import eager_capture
@@ -31,7 +31,7 @@ REPEATS = [1, 2, 3, 1, 2, 4, 1, 2, 5, 7, 1, 2, 3, 9, 1, 2]  # the suffix [1, 2] 
 
 def run_tree(target, drafter, nodes, kind="dynamic", branch=2, prompt=PROMPTS[0], n=30, sampler=None):
     return list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(nodes), sampler=sampler or Sampler(),
-                       max_new_tokens=n, tree=TreeShape(nodes, branch, kind, nodes)))
+                       max_new_tokens=n, tree=TreeShape(branch, kind)))
 
 
 def emitted(events):
@@ -116,8 +116,8 @@ def test_a_greedy_trees_first_children_are_the_chain_draft(tiny_target, tiny_dra
     drafter = ModelDrafter(cached_model(tiny_draft)) if make == "model" else \
         FeatureDrafter(random_head(tiny_target, 2, (0, 1)), target, None)
     tokens = PROMPTS[3]
-    drafter.observe(target.forward(tokens, keep=1))  # the target's states of every position (a model draft ignores them)
-    tree = drafter.propose_tree(tokens, TreeShape(12, 2, "static", 6), Sampler())
+    target.forward(tokens, keep=1)  # the target's states of every position (a model draft ignores them)
+    tree = drafter.propose_tree(tokens, TreeShape(2, "static"), 12, 6, Sampler())
     chain = [tree.ids[i] for i in range(0, len(tree.ids), 2)]  # static: two chains, nodes interleaved level by level
     assert chain == drafter.propose(tokens, 6, Sampler()).ids
 
@@ -149,17 +149,17 @@ def first_token_counts(build, n, seed=0):
     p1, q1, p2, q2 = synthetic(seed)
     sampler, counts = Sampler(temperature=1.0, seed=seed), torch.zeros(V)
     for _ in range(n):
-        tree = build(q1, q2, sampler)
+        tree, q = build(q1, q2, sampler)
         p = torch.stack([p1] + [p2[t] for t in tree.ids])
-        verdict = verify_tree(tree.ids, tree.parents, tree.q, p.log(), p, sampler)
-        counts[tree.ids[verdict.path[0]] if verdict.path else verdict.next_token] += 1
+        path, next_token, _ = verify_tree(tree, q, p.log(), p, sampler)
+        counts[tree.ids[path[0]] if path else next_token] += 1
     return counts, p1
 
 
 def drafted(kind, nodes=4, branch=3):
     def build(q1, q2, sampler):
         expand = lambda ids, parents, new: q2[[ids[m] for m in new]] if new else q1[None]  # noqa: E731
-        return grow_tree(expand, TreeShape(nodes, branch, kind, 3), sampler)
+        return grow_tree(expand, TreeShape(branch, kind), nodes, 3, sampler)
     return build
 
 
@@ -169,7 +169,7 @@ def deterministic_top_k(q1, q2, sampler, k=3):
     stages = q1.expand(k, -1).clone()
     for j in range(1, k):
         stages[j:, ids[j - 1]] = 0
-    return Tree(ids, [-1] * k, stages / stages.sum(-1, keepdim=True))
+    return TokenTree(ids, [-1] * k), stages / stages.sum(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("kind", ["dynamic", "static"])
@@ -270,8 +270,8 @@ def test_published_eagle3_head_trees_match_generate(target_models, heads, name, 
         assert emitted(events) == reference(lm, prompt, 24)
         assert sum(len(e.draft_ids) for e in events) > 10
     drafter, tokens = drafter_for(lm, heads[name]), PROMPTS[3]
-    drafter.observe(drafter.target.forward(tokens, keep=1))
-    tree = drafter.propose_tree(tokens, TreeShape(8, 2, "static", 4), Sampler())
+    drafter.target.forward(tokens, keep=1)
+    tree = drafter.propose_tree(tokens, TreeShape(2, "static"), 8, 4, Sampler())
     assert [tree.ids[i] for i in range(0, 8, 2)] == drafter.propose(tokens, 4, Sampler()).ids
 
 
@@ -374,7 +374,7 @@ def test_a_stop_token_on_the_accepted_path_ends_the_steps_tree(tiny_target, temp
     def steps(stop_ids=()):  # the target drafting for itself: its trees have long accepted paths
         return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
                            policy=LengthPolicy(8), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids,
-                           tree=TreeShape(8, 2, "dynamic", 8)))
+                           tree=TreeShape(2, "dynamic")))
 
     full = steps()
     stop, at = a_stop_among_accepted_drafts(full)
@@ -411,13 +411,13 @@ def test_the_online_policy_chooses_each_steps_budget(tiny_target):
     from specviz.methods.policies import OnlinePolicy
 
     events = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
-                         policy=OnlinePolicy.from_gamma(8), max_new_tokens=40, tree=TreeShape(8, 2, "dynamic", 8)))
+                         policy=OnlinePolicy.from_gamma(8), max_new_tokens=40, tree=TreeShape(2, "dynamic")))
     assert emitted(events) == reference(tiny_target, PROMPTS[0], 40)
     assert len({e.gamma for e in events}) > 2 and all(e.gamma <= 12 for e in events)
     assert any(e.policy and "pred_tok_s" in e.policy for e in events)
 
 
-@pytest.mark.parametrize("tree", [None, TreeShape(6, 2, "dynamic", 6)])
+@pytest.mark.parametrize("tree", [CHAIN, TreeShape(2, "dynamic")])
 def test_without_records_a_run_emits_the_same_and_leaves_out_what_only_views_read(tiny_target, tiny_draft, tree):
     def steps(record):
         return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_draft))],

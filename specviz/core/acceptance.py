@@ -6,6 +6,10 @@ bonus token drawn from ``p_{γ+1}`` when everything was accepted. The relaxed ru
 top-k) keep a token when the exact rule accepts it **or** their own criterion does, then finish the
 step exactly as the exact rule would — so with the criterion switched off they reproduce it token for
 token, random draws included.
+
+Every draft is a token tree (a chain is the tree with one child per node) and :meth:`ExactRule.verify` is the one
+entry point: a single-path tree is tested in one batch as above, a branching one by recursive rejection
+(:func:`specviz.core.tree.verify_tree`), which the exact rule alone accepts.
 """
 
 from __future__ import annotations
@@ -17,33 +21,25 @@ import torch
 from specviz.core.drafters import Draft
 from specviz.core.registry import ACCEPT_RULES
 from specviz.core.sampling import Sampler, residual
-from specviz.core.tree import TreeVerdict
+from specviz.core.tree import TreeEvidence, verify_tree
 
 ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 
 
-@dataclass
-class Verdict:
-    """``accepted`` drafts kept, then ``next_token`` from the target; one reason per drafted token; what the decision
-    read (``evidence``, none for an empty draft or a tree), for the recorder (:mod:`specviz.core.record`)."""
-
-    accepted: int
-    next_token: int
-    reasons: list[str]
-    judge_scores: list[float] | None = None
-    evidence: Evidence | None = None
-
-
 @dataclass(frozen=True)
-class Kept:
-    """What verification kept: the accepted drafts (a chain's first ones, a tree's path) and the verdict, the row of p
-    each draft was scored at and the row the target's own token came from; a tree's node records."""
+class Verdict:
+    """The accepted drafts (node indices, root down: a chain's first ones), then ``next_token`` from the target; one
+    reason per drafted node; what the decision read (``evidence``: none for an empty draft), for the recorder
+    (:mod:`specviz.core.record`)."""
 
     path: list[int]
-    verdict: Verdict
-    rows: list[int]
-    next_row: int
-    tree: TreeVerdict | None = None
+    next_token: int
+    reasons: list[str]
+    evidence: Evidence | TreeEvidence | None = None
+
+    @property
+    def accepted(self) -> int:
+        return len(self.path)
 
 
 def reasons_for(accepted: int, drafted: int, kept_as: list[str] | None = None) -> list[str]:
@@ -80,18 +76,18 @@ class Relaxed:
     """What a rule accepts beyond the exact test, per position, and the judge's scores and δ when it has them."""
 
     accepts: torch.Tensor
-    scores: list[float] | None = None
+    scores: torch.Tensor | None = None
     threshold: float | None = None
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a chain's decision read: the checked positions, the exact test's outcome at each, the judge's δ, and the
-    residual the correction was drawn from (sampling, after a rejection)."""
+    """What a chain's decision read: the checked positions, the exact test's outcome at each, the rule's own criterion
+    (the judge's scores and δ), and the residual the correction was drawn from (sampling, after a rejection)."""
 
     checked: Checked
     exact: torch.Tensor
-    threshold: float | None
+    relaxed: Relaxed
     corrected: torch.Tensor | None
 
 
@@ -110,9 +106,20 @@ class ExactRule:
 
     def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
                states: torch.Tensor | None = None) -> Verdict:
-        """The verdict on ``draft``."""
+        """The verdict on ``draft`` scored to ``logits`` and ``p`` (rows: the root, then each node); ``states``: the
+        target's pre-norm states of those rows, for rules that read them."""
         if not draft.ids:
-            return Verdict(0, int(sampler.pick(logits[0], p[0])), [])
+            return Verdict([], int(sampler.pick(logits[0], p[0])), [])
+        if not draft.tree.is_chain:
+            if type(self) is not ExactRule:
+                raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
+            path, nxt, evidence = verify_tree(draft.tree, draft.q, logits, p, sampler)
+            reasons = [ACCEPTED if hit else UNCHECKED if hit is None else REJECTED for hit in evidence.accepted]
+            return Verdict(path, nxt, reasons, evidence)
+        return self._verify_chain(draft, logits, p, sampler, states)
+
+    def _verify_chain(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
+                      states: torch.Tensor | None) -> Verdict:
         gamma = len(draft.ids)
         ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)
         if sampler.greedy:
@@ -132,7 +139,7 @@ class ExactRule:
             nxt = int(best[n])
         else:
             nxt = int(sampler.draw(p[gamma] if corrected is None else corrected))
-        return Verdict(n, nxt, reasons_for(n, gamma, kept), relaxed.scores, Evidence(c, exact, relaxed.threshold, corrected))
+        return Verdict(list(range(n)), nxt, reasons_for(n, gamma, kept), Evidence(c, exact, relaxed, corrected))
 
     def relaxed(self, c: Checked) -> Relaxed:
         """Acceptances beyond the exact rule (none here)."""

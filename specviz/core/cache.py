@@ -1,12 +1,14 @@
 """The cached-model contract: a model with its own KV cache that always mirrors a prefix of the decoded sequence.
 
-:class:`CachedModel` feeds only the tokens its cache lacks (drafters and verifiers pass the full token list) and
-rolls back by position: :meth:`CachedModel.rollback` keeps a length, plus the accepted rows of a token tree moved
-after it, as gpt-fast moves ``input_pos``; a forward over tokens that differ from the cached ones rolls back to
-their common prefix first. Each forward returns a
-:class:`Forward` with what it computed. Where the keys and values live is the storage's business: transformers'
-``DynamicCache`` (:class:`DynamicStorage`, any architecture) or the preallocated lean buffer of
-``specviz.models.backends.lean``; both take the same calls.
+:class:`CachedModel` feeds only the tokens its cache lacks (drafters pass the full token list) and rolls back by
+position: :meth:`CachedModel.rollback` keeps a length, plus the accepted rows of a token tree moved after it, as
+gpt-fast moves ``input_pos``; a drafter's forward over tokens that differ from the cached ones rolls back to their
+common prefix first. The decoding loop uses the two calls whose preconditions are asserted: :meth:`CachedModel.verify`
+(the cache holds every committed token but the last) and :meth:`CachedModel.commit`. Each forward returns a
+:class:`Forward` with what it computed; a model built with ``taps`` also keeps those layers' outputs slot by slot,
+rolled back with the keys and values, for the drafters that read them (:meth:`CachedModel.states`). Where the keys
+and values live is the storage's business: transformers' ``DynamicCache`` (:class:`DynamicStorage`, any architecture)
+or the preallocated lean buffer of ``specviz.models.backends.lean``; both take the same calls.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from specviz.core.hidden import capture_layers, last_layer
 from specviz.core.timing import ForwardTimes, Timed
-from specviz.core.tree import ancestry, depths
+from specviz.core.tree import TokenTree, ancestry, depths
 
 
 @dataclass
@@ -43,6 +45,21 @@ class LoadedModel:
     @property
     def max_positions(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
+
+
+def grown(buffer: torch.Tensor | None, end: int, like: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """``buffer`` with room for positions 0..end−1 along ``dim``: itself if it has them, else zeros shaped as ``like`` but
+    for ``dim``, which holds max(end, twice what it held, 256) positions, the held ones copied to its start (a cache
+    that grows by doubling)."""
+    have = 0 if buffer is None else buffer.shape[dim]
+    if end <= have:
+        return buffer
+    shape = list(like.shape)
+    shape[dim] = max(end, 2 * have, 256)
+    out = like.new_zeros(shape)
+    if have:
+        out.narrow(dim, 0, have).copy_(buffer)
+    return out
 
 
 @dataclass(frozen=True)
@@ -131,6 +148,7 @@ class CachedModel(Timed):
         self.ids: list[int] = []  # the token in each cached slot
         self.linear = 0  # the leading slots that hold a plain sequence; the slots after them hold a token tree
         self.tree_parents: list[int] = []  # that tree's parents (see specviz.core.tree)
+        self.kept: dict[int, torch.Tensor] = {}  # tapped layer → its output at each cached slot
         self.times = ForwardTimes(lm.device)
 
     def _common_prefix(self, tokens: list[int]) -> int:
@@ -140,27 +158,53 @@ class CachedModel(Timed):
             return n
         return next(i for i, (a, b) in enumerate(zip(ids, tokens)) if a != b)
 
-    def _cached_tree(self, tokens: list[int], ids: list[int], parents: list[int]) -> int:
-        """How many leading nodes of the tree (ids, parents) below ``tokens`` the cache already holds."""
+    def _cached_tree(self, tokens: list[int], tree: TokenTree) -> int:
+        """How many leading nodes of ``tree`` below ``tokens`` the cache already holds."""
         have = len(self.ids) - self.linear
-        if self.linear != len(tokens) or self._common_prefix(tokens) != len(tokens) or have > len(ids):
+        if self.linear != len(tokens) or self._common_prefix(tokens) != len(tokens) or have > len(tree.ids):
             return 0
-        return have if self.ids[self.linear:] == ids[:have] and self.tree_parents == parents[:have] else 0
+        return have if self.ids[self.linear:] == tree.ids[:have] and self.tree_parents == tree.parents[:have] else 0
 
     @torch.inference_mode()
     def rollback(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:
         """Keep the first ``length`` slots, then the slots ``moved`` (the accepted path of a tree, root down) after them."""
+        if list(moved) == list(range(length, length + len(moved))):  # a chain's accepted drafts are where they stay
+            length, moved = length + len(moved), ()
         self.storage.truncate(length, moved)
+        if moved:
+            for kept in self.kept.values():
+                kept[length: length + len(moved)] = kept[torch.tensor(list(moved), device=kept.device)]
         self.ids = self.ids[:length] + [self.ids[s] for s in moved]
         self.linear, self.tree_parents = len(self.ids), []
 
     @torch.inference_mode()
-    def forward(self, tokens: list[int], keep: int = 1, tree: tuple[list[int], list[int]] | None = None) -> Forward:
-        """What the model computes for the last ``keep`` fed rows of ``tokens`` and, if given, the token ``tree`` (ids,
-        parents) below them: each node attends to ``tokens`` and its ancestors, at position len(tokens) − 1 + its depth
-        (see :class:`Forward`)."""
-        ids, parents = tree or ([], [])
-        reused = self._cached_tree(tokens, ids, parents) if tree else 0
+    def verify(self, tokens: list[int], tree: TokenTree) -> Forward:
+        """The decoding loop's forward: the last committed token and the drafted ``tree`` below it, one row each (a chain
+        is fed as a plain sequence). The cache must hold every committed token but the last."""
+        assert self.ids == tokens[:-1], "verify expects the cache to hold every committed token but the last"
+        if tree.is_chain:
+            return self.forward(tokens + tree.ids, keep=len(tree.ids) + 1)
+        return self.forward(tokens, keep=len(tree.ids) + 1, tree=tree)
+
+    @torch.inference_mode()
+    def commit(self, length: int, path: list[int]) -> None:
+        """After a :meth:`verify` below ``length`` committed tokens: keep them and the nodes on ``path`` (root down)."""
+        assert length <= len(self.ids) and all(0 <= node < len(self.ids) - length for node in path), \
+            "commit keeps committed tokens and verified nodes only"
+        self.rollback(length, [length + node for node in path])
+
+    def states(self, start: int, end: int) -> dict[int, torch.Tensor]:
+        """The tapped layers' outputs at the cached plain-sequence slots ``start``..``end`` − 1."""
+        assert end <= self.linear, "states of committed slots only"
+        return {i: kept[start:end] for i, kept in self.kept.items()}
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], keep: int = 1, tree: TokenTree | None = None) -> Forward:
+        """What the model computes for the last ``keep`` fed rows of ``tokens`` and, if given, the token ``tree`` below
+        them: each node attends to ``tokens`` and its ancestors, at position len(tokens) − 1 + its depth (see
+        :class:`Forward`)."""
+        ids, parents = (tree.ids, tree.parents) if tree else ([], [])
+        reused = self._cached_tree(tokens, tree) if tree else 0
         n = self._common_prefix(tokens) if not reused else len(tokens)
         n = min(n, len(tokens) - max(0, keep - len(ids) + reused))
         if n < len(tokens):
@@ -173,6 +217,9 @@ class CachedModel(Timed):
         logits, outputs = self.storage.run(new, n + reused, keep, self._reads, rows)
         result = Forward(logits[:, : self.vocab_size], n + reused, outputs[last_layer(self.lm.model)][-keep:] if self.prenorm else None,
                          {i: outputs[i] for i in self.taps} if self.taps else None)
+        for i in self.taps:
+            self.kept[i] = grown(self.kept.get(i), n + reused + len(new), outputs[i])
+            self.kept[i][n + reused: n + reused + len(new)] = outputs[i]
         self.times.stop(start)
         self.ids = tokens + ids if tree else tokens[:]
         self.linear, self.tree_parents = len(tokens), list(parents)

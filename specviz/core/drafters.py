@@ -1,10 +1,10 @@
 """Drafters: propose up to γ next tokens and the distributions q they were drawn from.
 
-The contract follows transformers' ``CandidateGenerator``: ``propose`` gets the full committed sequence
-(drafters roll their own state back to it) and returns a :class:`Draft`; ``observe`` sees every forward of the
-target (a feature head drafts from the states it returns). ``propose_tree`` returns a token tree under a node budget
-(:mod:`specviz.core.tree`) built from the distributions the drafter's ``expander`` gives after any node; a chain is
-the tree whose every node has one child.
+The contract follows transformers' ``CandidateGenerator``: :meth:`Drafter.draft` gets the full committed sequence
+(drafters roll their own state back to it) and the step's size, and returns a :class:`Draft`, a token tree
+(:mod:`specviz.core.tree`). Under the run's :class:`~specviz.core.tree.TreeShape` it is grown from the distributions
+the drafter's ``expander`` gives after any node; under :data:`CHAIN` (a chain is the tree whose every node has one
+child) ``propose`` drafts it token by token.
 """
 
 from __future__ import annotations
@@ -15,14 +15,25 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specviz.core.cache import CachedModel, Forward
+from specviz.core.cache import CachedModel
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
-from specviz.core.timing import Stopwatch
-from specviz.core.tree import Expander, TreeShape, grow_tree
+from specviz.core.timing import Stopwatch, Timed
+from specviz.core.tree import MAX_TREE_NODES, Expander, TokenTree, TreeShape, grow_tree
 
 StopRule = Callable[[torch.Tensor], bool]
 """Called with the draft's distribution for the next token; True stops drafting before that token."""
+
+CHAIN = TreeShape(1, "chain")
+"""The shape of a chain: one child per node, as many nodes as levels."""
+
+
+def step_size(shape: TreeShape, size: int, room: int) -> tuple[int, int]:
+    """A step's node count and depth for a policy's ``size`` with ``room`` tokens left before the token limit (the
+    target adds one more): a chain's length is its depth; a tree's budget is capped by what a cache keeps free for it."""
+    if room <= 0:
+        return 0, 0
+    return (min(size, room),) * 2 if shape == CHAIN else (min(size, MAX_TREE_NODES), min(size, room))
 
 
 @dataclass
@@ -40,15 +51,23 @@ class LevelRecord:
 
 @dataclass
 class Draft:
-    """Proposed ids; ``q`` (γ, vocab) holds the distribution each was drawn from, None for a
-    deterministic proposal (q is one-hot at the proposed id); ``levels``: each level's work for it, top first (one
-    level for a single drafter, one per level of a chain). A tree's ids are its nodes, with their ``parents``."""
+    """A drafted token tree: its node ids and ``parents`` (a chain's when not given); ``q`` (nodes, vocab) holds the
+    distribution each was drawn from, None for a deterministic proposal (q is one-hot at the proposed id); ``levels``:
+    each level's work for it, top first (one level for a single drafter, one per level of a polybasic chain)."""
 
     ids: list[int]
     q: torch.Tensor | None
     drafter: str
     levels: list[LevelRecord] = field(default_factory=list)
-    parents: list[int] | None = None
+    parents: list[int] = None  # type: ignore[assignment]  # a chain's, filled in below
+
+    def __post_init__(self) -> None:
+        if self.parents is None:
+            self.parents = TokenTree.chain(self.ids).parents
+
+    @property
+    def tree(self) -> TokenTree:
+        return TokenTree(self.ids, self.parents)
 
     def q_of_ids(self) -> list[float]:
         if self.q is None:
@@ -62,11 +81,11 @@ class Drafter:
 
     A drafter kind registers in :data:`~specviz.core.registry.DRAFTERS`; the run builds it with ``from_source(name,
     source, context)`` (context: ``specviz.runtime.prepare.DraftContext``) for a source it ``claims``. A kind that
-    ``loads_model`` gets its model loaded first; one that ``reads_features`` makes the target return the outputs of
-    the decoder layers its ``reads_layers`` names."""
+    ``loads_model`` gets its model loaded first; one that ``reads_features`` makes the target keep the outputs of
+    the decoder layers its ``reads_layers`` names. ``models``: what it times (the engine sums their forward time)."""
 
     name = "drafter"
-    models: list[CachedModel] = []
+    models: list[Timed] = []
     loads_model = False
     reads_features = False
 
@@ -81,27 +100,36 @@ class Drafter:
         ``n_layers``)."""
         return ()
 
+    def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
+              stop: StopRule | None = None) -> Draft:
+        """The step's draft below ``tokens``: at most ``nodes`` nodes in ``depth`` levels grown as ``shape`` says
+        (:func:`step_size`); ``stop`` may end a chain early."""
+        if nodes == 0:
+            return Draft([], None, self.name)
+        if shape == CHAIN:
+            return self.propose(tokens, nodes, sampler, stop)
+        return self.propose_tree(tokens, shape, nodes, depth, sampler)
+
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+        """A chain of up to ``gamma`` tokens drafted one after the other."""
         raise NotImplementedError
 
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         """The draft's distributions after the nodes of a tree below ``tokens`` (see :data:`specviz.core.tree.Expander`)."""
         raise NotImplementedError(f"the {self.name} drafter does not draft trees")
 
-    def propose_tree(self, tokens: list[int], shape: TreeShape, sampler: Sampler) -> Draft:
-        """A token tree of ``shape`` below ``tokens``: one node per id, with its parent and the q it was drawn from."""
+    def propose_tree(self, tokens: list[int], shape: TreeShape, nodes: int, depth: int, sampler: Sampler) -> Draft:
+        """A token tree of ``shape`` below ``tokens`` (at most ``nodes`` nodes, ``depth`` levels): one node per id, with
+        its parent and the q it was drawn from."""
         watch = self.models[0].times.watch if self.models else Stopwatch(torch.device("cpu"))
         forwards, start = sum(m.forwards for m in self.models), watch.mark()
-        tree = grow_tree(self.expander(tokens, sampler), shape, sampler)
+        tree, q = grow_tree(self.expander(tokens, sampler), shape, nodes, depth, sampler)
         passes = sum(m.forwards for m in self.models) - forwards or 1  # a model-free drafter: one lookup pass
         work = LevelRecord(self.name, "draft", passes, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(tree.ids, tree.q, self.name, [work], tree.parents)
+        return Draft(tree.ids, q, self.name, [work], tree.parents)
 
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
-
-    def observe(self, target: Forward) -> None:
-        """A forward of the target, prefill included: most drafters need nothing from it."""
 
     def can_draft(self, tokens: list[int]) -> bool:
         """Whether ``propose`` would return any token after ``tokens`` (a model always can)."""
@@ -154,7 +182,8 @@ class ModelDrafter(Drafter):
                 slot[node] = len(fed_ids)
                 fed_ids.append(ids[node])
                 fed_parents.append(slot[parents[node]] if parents[node] >= 0 else -1)
-            logits = self.model.forward(tokens, keep=max(1, len(new)), tree=(fed_ids, fed_parents) if new else None).logits
+            fed = TokenTree(fed_ids, fed_parents) if new else None
+            logits = self.model.forward(tokens, keep=max(1, len(new)), tree=fed).logits
             return sampler.probs(logits)
         return expand
 

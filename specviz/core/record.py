@@ -1,5 +1,6 @@
 """What a step records, apart from what it computes: the recorder turns a step's typed results (the draft, the
-target's p, what verification kept, the stopwatch marks) into a :class:`StepEvent` of typed records. Dicts appear
+target's p, the verdict and the evidence it read, the step's :class:`~specviz.core.policy.Outcome`) into a
+:class:`StepEvent` of typed records (:class:`VerifyRecord`, :class:`NodeRecord`, the judge's scores). Dicts appear
 only at the trace boundary (:meth:`StepEvent.to_dict` / :meth:`StepEvent.from_dict`).
 
 Without ``full`` recording (benchmarks) a step leaves out what only the views read (p and q of each token, the
@@ -9,15 +10,16 @@ after the step's last timing mark, so they never count as the step's time.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import ClassVar
 
 import torch
 
-from specviz.core.acceptance import REJECTED, UNCHECKED, Kept, Verdict, one_hot_rows
-from specviz.core.drafters import Draft, LevelRecord
+from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict, one_hot_rows
+from specviz.core.drafters import CHAIN, Draft, LevelRecord
+from specviz.core.policy import Outcome
 from specviz.core.timing import Mark, Stopwatch
-from specviz.core.tree import NodeRecord, TreeShape
+from specviz.core.tree import TreeEvidence, TreeShape, depths
 
 TOP_K = 10
 """Alternatives recorded per verified position: the k most likely tokens of p, of q and of the residual."""
@@ -66,6 +68,20 @@ class VerifyRecord:
         """As JSON; the judge's and the rejection's fields only where they apply."""
         optional = ("score", "threshold", "argmax", "residual_top")
         return {k: v for k, v in asdict(self).items() if k not in optional or v is not None}
+
+
+@dataclass
+class NodeRecord:
+    """One node's verification: p and q of its token at the stage it was checked (p after the residual updates of the
+    siblings before it), the uniform draw u (None when greedy or unchecked) and the verdict (None: never checked)."""
+
+    token: int
+    parent: int
+    depth: int
+    p: float | None
+    q: float
+    u: float | None
+    accepted: bool | None
 
 
 @dataclass
@@ -169,53 +185,65 @@ class StepEvent:
 
 
 class Recorder:
-    """Builds a decode's StepEvents: the time split from the stopwatch marks, and (``full``) what the views read."""
+    """Builds a decode's StepEvents from the stopwatch and what each step computed; with ``full``, what the views read."""
 
     def __init__(self, watch: Stopwatch, start: Mark, full: bool = True):
         self.watch, self.start, self.full = watch, start, full
 
-    def step(self, step: int, draft: Draft, gamma: int, p: torch.Tensor, kept: Kept, emitted: list[int],
-             marks: tuple[Mark, Mark, Mark, Mark], forward_s: float, policy: dict | None, shape: TreeShape | None) -> StepEvent:
-        """The StepEvent of a step that drafted ``draft`` (γ or node budget ``gamma``), scored it to ``p``, kept
-        ``kept`` and emitted ``emitted``; ``marks``: its start, drafted, verified and done. The record ends where the
-        output does: at a stop token among the accepted drafts (:func:`cut_at_stop`)."""
-        t0, t1, t2, t3 = marks
-        seconds = [self.watch.seconds(a, b) for a, b in ((t0, t1), (t1, t2), (t2, t3), (t0, t3))]
-        kept = cut_at_stop(kept, draft, len(emitted))
-        verdict, full = kept.verdict, self.full
-        rows = [kept.rows[i] for i in kept.path] + [kept.next_row]
+    def step(self, step: int, outcome: Outcome, draft: Draft, nodes: int, p: torch.Tensor, verdict: Verdict,
+             emitted: list[int], elapsed_ms: float, forward_ms: float, policy: dict | None, shape: TreeShape) -> StepEvent:
+        """The StepEvent of a step that drafted ``draft`` (γ or node budget ``nodes``) under ``shape``, scored it to
+        ``p``, decided ``verdict`` and emitted ``emitted``, with ``outcome``'s time split. The record ends where the
+        output does: at a stop token among the accepted drafts, the drafts below it read as never checked."""
+        path, below = verdict.path[: len(emitted)], stopped_below(verdict, draft, len(emitted))
+        reasons = [UNCHECKED if i in below else why for i, why in enumerate(verdict.reasons)]
+        full, ev = self.full, verdict.evidence
+        rows = [0] + [i + 1 for i in path]
         tree = None
-        if kept.tree is not None:
-            tree = TreeRecord(shape.kind, shape.branch, draft.parents, kept.tree.path, kept.tree.nodes)
-        draft_ms, verify_ms, overhead_ms, total_ms = (1e3 * s for s in seconds)
+        if shape != CHAIN:
+            nodes_seen = node_records(draft, verdict, p, below) if full else []
+            tree = TreeRecord(shape.kind, shape.branch, draft.parents, path, nodes_seen)
+        scores = ev.relaxed.scores if isinstance(ev, Evidence) and full else None
         return StepEvent(
-            step=step, drafter=draft.drafter, gamma=gamma, draft_ids=draft.ids, draft_q=draft.q_of_ids() if full else [],
-            draft_p=probs_at(p, draft.ids, kept.rows) if full else [], accepted=verdict.accepted, emitted_ids=emitted,
-            emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=verdict.reasons,
-            judge_scores=verdict.judge_scores, draft_ms=draft_ms, verify_ms=verify_ms, overhead_ms=overhead_ms,
-            total_ms=total_ms, forward_ms=1e3 * forward_s, elapsed_ms=1e3 * self.watch.seconds(self.start, t3), policy=policy,
-            levels=draft.levels, verify=verify_records(draft, verdict, len(emitted)) if full and kept.tree is None else [],
-            tree=tree)
+            step=step, drafter=draft.drafter, gamma=nodes, draft_ids=draft.ids, draft_q=draft.q_of_ids() if full else [],
+            draft_p=probs_at(p, draft.ids, [parent + 1 for parent in draft.parents]) if full else [],
+            accepted=outcome.accepted, emitted_ids=emitted,
+            emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=reasons,
+            judge_scores=None if scores is None else scores.tolist(), draft_ms=outcome.draft_ms,
+            verify_ms=outcome.verify_ms, overhead_ms=outcome.total_ms - outcome.draft_ms - outcome.verify_ms,
+            total_ms=outcome.total_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms, policy=policy, levels=draft.levels,
+            verify=verify_records(draft, verdict, len(emitted)) if full and shape == CHAIN else [], tree=tree)
 
 
-def cut_at_stop(kept: Kept, draft: Draft, emitted: int) -> Kept:
-    """What verification kept, as far as the output goes. A step that emitted no more tokens than its accepted drafts
-    ended at a stop token among them: its accepted drafts end there, and the drafts below the stop (a chain's later
-    positions, a tree's stop node's subtree) read as never checked. Any other step is kept as it is."""
-    if emitted > len(kept.path):
-        return kept
-    path, verdict = kept.path[:emitted], kept.verdict
-    parents = draft.parents if draft.parents is not None else list(range(-1, len(draft.ids) - 1))
-    below: set[int] = set()
-    for i, parent in enumerate(parents):  # parents come before their children
-        if parent == path[-1] or parent in below:
+def stopped_below(verdict: Verdict, draft: Draft, emitted: int) -> set[int]:
+    """The drafts a stop token among the accepted ones cut off (a chain's later positions, a tree's stop node's
+    subtree): a step that emitted no more tokens than its accepted drafts ended there. None for any other step."""
+    if emitted > verdict.accepted:
+        return set()
+    stop, below = verdict.path[emitted - 1], set()
+    for i, parent in enumerate(draft.parents):  # parents come before their children
+        if parent == stop or parent in below:
             below.add(i)
-    reasons = [UNCHECKED if i in below else why for i, why in enumerate(verdict.reasons)]
-    tree = None
-    if kept.tree is not None:
-        nodes = [replace(n, p=None, u=None, accepted=None) if i in below else n for i, n in enumerate(kept.tree.nodes)]
-        tree = replace(kept.tree, path=path, nodes=nodes)
-    return replace(kept, path=path, verdict=replace(verdict, accepted=emitted, reasons=reasons), tree=tree)
+    return below
+
+
+def node_records(draft: Draft, verdict: Verdict, p: torch.Tensor, below: set[int]) -> list[NodeRecord]:
+    """One :class:`NodeRecord` per drafted node, from the verdict's evidence (a branching tree's, or the batch test of a
+    single-path one); the nodes in ``below`` read as never checked."""
+    ev, n = verdict.evidence, len(draft.ids)
+    if n == 0:
+        return []
+    if isinstance(ev, TreeEvidence):
+        accepted, u, px = ev.accepted, ev.u or [None] * n, ev.p
+    else:  # one child per node: node i is checked at row i, its p untouched by any residual
+        accepted = [i < verdict.accepted if i <= verdict.accepted else None for i in range(n)]
+        u = [None] * n if ev.checked.u is None else ev.checked.u.tolist()
+        px = None
+    px = px or probs_at(p, draft.ids, [parent + 1 for parent in draft.parents])
+    qx, deep = draft.q_of_ids(), depths(draft.parents)
+    return [NodeRecord(t, parent, d, None if hit is None or i in below else px[i], q, None if hit is None or i in below else u[i],
+                       None if i in below else hit)
+            for i, (t, parent, d, q, hit) in enumerate(zip(draft.ids, draft.parents, deep, qx, accepted))]
 
 
 def verify_records(draft: Draft, verdict: Verdict, emitted: int) -> list[VerifyRecord]:
@@ -234,7 +262,7 @@ def verify_records(draft: Draft, verdict: Verdict, emitted: int) -> list[VerifyR
     p_top, q_top = _pairs(c.p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row
     u = [None] * m if c.u is None else c.u[:m].tolist()
     hits, ids = ev.exact[:m].tolist(), c.ids[:m].tolist()
-    scores = verdict.judge_scores
+    scores = None if ev.relaxed.scores is None else ev.relaxed.scores.tolist()
     out = []
     for i in range(m):
         out.append(VerifyRecord(
@@ -242,7 +270,7 @@ def verify_records(draft: Draft, verdict: Verdict, emitted: int) -> list[VerifyR
             accept_prob=float(hits[i]) if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
             u=u[i], accepted=i < n, reason=verdict.reasons[i] if i < n else REJECTED, p_top=p_top[i],
             q_top=[pair for pair in q_top[i] if pair[1] > 0], score=None if scores is None else scores[i],
-            threshold=None if scores is None else ev.threshold))
+            threshold=None if scores is None else ev.relaxed.threshold))
     if n < m:
         if ev.corrected is None:
             out[n].argmax = verdict.next_token

@@ -1,8 +1,9 @@
 """Token trees: a drafter proposes several continuations at once and the target scores every node in one forward.
 
-Nodes are listed in the order they were drawn: parents before children, siblings in draw order; ``parents[i]`` is
-the index of node i's parent, −1 for a child of the last committed token (the root). Row 0 of the target's verify
-forward is the root, row i + 1 is node i.
+Every draft is a tree (:class:`TokenTree`): a chain is the tree whose every node has one child. Nodes are listed in
+the order they were drawn: parents before children, siblings in draw order; ``parents[i]`` is the index of node i's
+parent, −1 for a child of the last committed token (the root). Row 0 of the target's verify forward is the root,
+row i + 1 is node i.
 
 Children are drawn *without replacement* from the draft's q: the top-k at T = 0, Gumbel-top-k at T > 0. Node i
 carries the distribution it was drawn from (``Tree.q[i]``): its parent's q without the siblings drawn before it,
@@ -14,6 +15,9 @@ Gumbel maximum is independent of its argmax), so the output is distributed exact
 
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
 each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` chains from the root.
+
+Four types: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
+:class:`TreeEvidence` (what verifying one read) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
 """
 
 from __future__ import annotations
@@ -36,42 +40,38 @@ so far; with ``new`` empty, the q (1, vocab) after the committed tokens. A node 
 
 @dataclass(frozen=True)
 class TreeShape:
-    """A step's tree: at most ``nodes`` nodes and ``depth`` levels, ``branch`` children per expanded node."""
+    """How a drafter grows a run's token trees: ``branch`` children per expanded node, ``dynamic`` or ``static``. The
+    node budget and depth of each step are the step's own (:func:`grow_tree`)."""
 
-    nodes: int
     branch: int
     kind: str
-    depth: int
 
 
-@dataclass
-class Tree:
+@dataclass(frozen=True)
+class TokenTree:
+    """A step's drafted nodes: token ids and each node's parent (−1: a child of the root)."""
+
     ids: list[int]
     parents: list[int]
-    q: torch.Tensor  # (nodes, vocab): the distribution each node was drawn from
+
+    @classmethod
+    def chain(cls, ids: list[int]) -> TokenTree:
+        """The tree in which each node has one child."""
+        return cls(list(ids), list(range(-1, len(ids) - 1)))
+
+    @property
+    def is_chain(self) -> bool:
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
 
 
-@dataclass
-class NodeRecord:
-    """One node's verification: p and q of its token at the stage it was checked (p after the residual updates of the
-    siblings before it), the uniform draw u (None when greedy or unchecked) and the verdict (None: never checked)."""
+@dataclass(frozen=True)
+class TreeEvidence:
+    """What verifying a branching tree read, per node: the verdict (None: never checked) and, when sampling, p of its
+    token at the stage it was checked and the uniform draw u (greedy: the recorder reads p after the step)."""
 
-    token: int
-    parent: int
-    depth: int
-    p: float | None
-    q: float
-    u: float | None
-    accepted: bool | None
-
-
-@dataclass
-class TreeVerdict:
-    """The accepted path (node indices, root down), the target's token after it and one record per node."""
-
-    path: list[int]
-    next_token: int
-    nodes: list[NodeRecord]
+    accepted: list[bool | None]
+    p: list[float | None] | None = None
+    u: list[float | None] | None = None
 
 
 def depths(parents: list[int]) -> list[int]:
@@ -110,8 +110,9 @@ def children(q: torch.Tensor, k: int, sampler: Sampler) -> tuple[list[int], list
     return ids, top.values.log().tolist(), stages / stages.sum(-1, keepdim=True)
 
 
-def grow_tree(expand: Expander, shape: TreeShape, sampler: Sampler) -> Tree:
-    """The tree of ``shape`` drawn from the draft's distributions (:data:`Expander`)."""
+def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler) -> tuple[TokenTree, torch.Tensor]:
+    """A tree of ``shape`` with at most ``nodes`` nodes and ``depth`` levels drawn from the draft's distributions
+    (:data:`Expander`), and the distribution each node was drawn from (nodes, vocab)."""
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
@@ -129,55 +130,70 @@ def grow_tree(expand: Expander, shape: TreeShape, sampler: Sampler) -> Tree:
         return list(range(len(ids) - len(drawn), len(ids)))
 
     static = shape.kind == "static"
-    width = min(shape.branch, shape.nodes)
+    width = min(shape.branch, nodes)
     level = add(-1, expand([], [], [])[0], width)
-    for _ in range(shape.depth - 1):
+    for _ in range(depth - 1):
         if static:
-            frontier = level[: shape.nodes - len(ids)]
+            frontier = level[: nodes - len(ids)]
         else:
             frontier = sorted(level, key=lambda n: (-keys[n], n))[: shape.branch]
-            if len(ids) >= shape.nodes and sorted(keys, reverse=True)[shape.nodes - 1] >= keys[frontier[0]]:
+            if len(ids) >= nodes and sorted(keys, reverse=True)[nodes - 1] >= keys[frontier[0]]:
                 break  # no deeper node could enter the budget's best
         if not frontier:
             break
         q = expand(ids, parents, frontier)
         level = [n for node, row in zip(frontier, q) for n in add(node, row, 1 if static else shape.branch)]
-    keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: shape.nodes])
+    keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: nodes])
     index = {old: new for new, old in enumerate(keep)}
-    return Tree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep],
-                torch.stack([qs[n] for n in keep]) if keep else torch.zeros(0, 0))
+    return (TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]),
+            torch.stack([qs[n] for n in keep]) if keep else torch.zeros(0, 0))
 
 
-def verify_tree(ids: list[int], parents: list[int], q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor,
-                sampler: Sampler) -> TreeVerdict:
-    """Verify a tree against the target's ``logits`` and ``p`` (rows: root, then each node)."""
-    kids: list[list[int]] = [[] for _ in range(len(ids) + 1)]
-    for i, parent in enumerate(parents):
+def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor,
+                sampler: Sampler) -> tuple[list[int], int, TreeEvidence]:
+    """The accepted path (node indices, root down), the target's token after it and the evidence, for ``tree`` scored
+    to ``logits`` and ``p`` (rows: root, then each node). Greedy is one vectorised test and one device read."""
+    n = len(tree.ids)
+    kids: list[list[int]] = [[] for _ in range(n + 1)]
+    for i, parent in enumerate(tree.parents):
         kids[parent + 1].append(i)
-    deep = depths(parents)
+    accepted: list[bool | None] = [None] * n
+
+    def descend(test: Callable[[int], bool]) -> tuple[list[int], int]:
+        """Walk down from the root, testing each row's children in order; the path and the row it stopped at."""
+        path, row = [], 0
+        while True:
+            for c in kids[row]:
+                accepted[c] = test(c)
+                if accepted[c]:
+                    path.append(c)
+                    row = c + 1
+                    break
+            else:
+                return path, row
+
+    if sampler.greedy:
+        best = logits.argmax(-1)
+        ids = torch.tensor(tree.ids, dtype=torch.long, device=best.device)
+        hit = ids == best[torch.tensor(tree.parents, dtype=torch.long, device=best.device) + 1]
+        read = torch.cat([best, hit.long()]).tolist()  # the step's one device read
+        path, row = descend(lambda c: bool(read[n + 1 + c]))
+        return path, read[row], TreeEvidence(accepted)
     q = q.to(p.device)
     q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1])) if q.shape[-1] < p.shape[-1] else q[:, : p.shape[-1]]
-    qx = q[torch.arange(len(ids), device=q.device), torch.tensor(ids, dtype=torch.long, device=q.device)].tolist()
-    records = [NodeRecord(t, parent, d, None, x, None, None) for t, parent, d, x in zip(ids, parents, deep, qx)]
-    path, row = [], 0
-    best = logits.argmax(-1).tolist() if sampler.greedy else None
-    while True:
-        target, chosen = p[row], None
-        for c in kids[row]:
-            rec = records[c]
-            rec.p = float(target[ids[c]])
-            if best is not None:
-                rec.accepted = ids[c] == best[row]
-            else:
-                rec.u = float(sampler.uniform(1, p.device)[0])
-                rec.accepted = rec.u * rec.q < rec.p
-                if not rec.accepted:
-                    target = residual(target, q[c])
-            if rec.accepted:
-                chosen = c
-                break
-        if chosen is None:
-            nxt = best[row] if best is not None else int(sampler.draw(target))
-            return TreeVerdict(path, nxt, records)
-        path.append(chosen)
-        row = chosen + 1
+    qx = q[torch.arange(n, device=q.device), torch.tensor(tree.ids, dtype=torch.long, device=q.device)].tolist()
+    px: list[float | None] = [None] * n
+    us: list[float | None] = [None] * n
+    stage = {0: p[0]}  # each row's p after the residual updates of the children rejected so far
+
+    def test(c: int) -> bool:
+        row = tree.parents[c] + 1
+        target = stage.setdefault(row, p[row])
+        px[c], us[c] = float(target[tree.ids[c]]), float(sampler.uniform(1, p.device)[0])
+        if us[c] * qx[c] < px[c]:
+            return True
+        stage[row] = residual(target, q[c])
+        return False
+
+    path, row = descend(test)
+    return path, int(sampler.draw(stage.setdefault(row, p[row]))), TreeEvidence(accepted, px, us)

@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specviz.core.cache import CachedModel, TreeRows
+from specviz.core.cache import CachedModel, TreeRows, grown
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import DRAFTERS
 from specviz.methods.eagle3_format import LAYER_KEYS, WEIGHT_FILES, HeadSpec, head_dir, read_spec, read_weights
 from specviz.methods.state_drafter import StateDrafter
-from specviz.models.backends.lean import grown, on_vocab, rms_norm, rotate
+from specviz.models.backends.lean import on_vocab, rms_norm, rotate
 
 
 class HeadCache:

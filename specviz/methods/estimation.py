@@ -8,56 +8,40 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specviz.core.formulas import censored_acceptance, expected_tokens
+from specviz.core.policy import Outcome
 from specviz.core.tree import depths
 
 
-@dataclass
-class StepRecord:
-    """One step as the policies see it; ``depth``: a token tree's depth (None: a chain, as deep as its γ)."""
-
-    gamma: int
-    accepted: int
-    draft_ms: float
-    verify_ms: float
-    emitted: int
-    total_ms: float
-    depth: int | None = None
-
-    @property
-    def reach(self) -> int:
-        """The most drafts the step could have accepted."""
-        return self.gamma if self.depth is None else self.depth
-
-
-def record_of(event) -> StepRecord:
+def outcome_of(event) -> Outcome:
+    """A recorded step (a :class:`~specviz.core.record.StepEvent`) as the policies saw it, for fits over traces."""
     depth = max(depths(event.tree.parents), default=0) if event.tree else None
-    return StepRecord(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids), event.total_ms, depth)
+    return Outcome(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids),
+                   event.total_ms, depth, event.drafter)
 
 
-def file_step(event, histories: dict[str, History], verify: History) -> None:
+def file_step(outcome: Outcome, histories: dict[str, History], verify: History) -> None:
     """Record a finished step: ``verify`` times the target on every step (its cost does not depend on who
     drafted, and plain steps count), a drafter's own history gets the steps it drafted."""
-    rec = record_of(event)
-    verify.add(rec)
-    if event.draft_ids:
-        histories[event.drafter].add(rec)
+    verify.add(outcome)
+    if outcome.gamma:
+        histories[outcome.drafter].add(outcome)
 
 
 class History:
     """The last ``h`` steps of one drafter, with the paper's estimates over them."""
 
     def __init__(self, h: int = 20, acc_max: float = 0.95):
-        self.steps: deque[StepRecord] = deque(maxlen=h)
+        self.steps: deque[Outcome] = deque(maxlen=h)
         self.plain: deque[float] = deque(maxlen=h)
         self.acc_max = acc_max
 
-    def add(self, rec: StepRecord) -> None:
+    def add(self, rec: Outcome) -> None:
         if rec.gamma:
             self.steps.append(rec)
         else:
             self.plain.append(rec.verify_ms)
 
-    def drafted(self) -> list[StepRecord]:
+    def drafted(self) -> list[Outcome]:
         return list(self.steps)
 
     def acceptance(self, prior: float | None = None, weight: float = 0.0) -> float | None:

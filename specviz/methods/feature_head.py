@@ -145,8 +145,8 @@ def load_head(path: Path, target_model: torch.nn.Module, dtype: torch.dtype | No
 
 @DRAFTERS.register("An EAGLE-style head drafting from the target's own hidden states.", ("full_draft_vocab",), name=HEAD_KIND)
 class FeatureDrafter(StateDrafter):
-    """Drafts with a :class:`FeatureHead` over the target's states: the target is built with the head's ``taps``,
-    and :meth:`observe` keeps the state of every position each target forward returns."""
+    """Drafts with a :class:`FeatureHead` over the target's states: the target is built with the head's ``taps`` and
+    keeps those layers' outputs at its committed positions."""
 
     @classmethod
     def claims(cls, source: object) -> bool:
@@ -172,8 +172,6 @@ class FeatureDrafter(StateDrafter):
         self.head = head
         if not set(head.taps) <= set(target.taps):
             raise ValueError(f"the feature drafter reads the target's states: build the target with taps={head.taps}")
-        if target.ids:
-            raise ValueError("build the feature drafter before the target's first forward: it reads every state the target computes")
         lm = target.lm.model
         self.embed, self.dtype = lm.model.embed_tokens.weight, head.fc.weight.dtype
         ids = sorted({i for i in (draft_vocab or range(target.vocab_size)) if i < target.vocab_size})

@@ -164,7 +164,7 @@ class JudgeRule(ExactRule):
         # states[0] is the last committed token's; states[i + 1] has draft token i as its input
         states = c.states[1: len(c.ids) + 1]
         scores = self.head.score(self.head.inputs(states, c.logits.to(states.device), c.ids)).to(c.ids.device)
-        return Relaxed(scores > self.threshold, scores.tolist(), self.threshold)
+        return Relaxed(scores > self.threshold, scores, self.threshold)
 
 
 def confidence_features(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Length policies (how many tokens to draft this step) and draft selectors (which drafter drafts).
 
-A policy sees finished steps through ``observe`` and answers ``choose`` before each step; ``explain``
-returns why it chose, and the engine attaches that to the step for the UI. Defaults (documented in the
+A policy learns from each finished step's :class:`~specviz.core.policy.Outcome` through ``observe`` and answers
+``choose`` before each step with a :class:`~specviz.core.policy.Choice`: γ, why (the engine attaches it to the step
+for the UI) and, for the confidence policy, the rule that stops the draft. Defaults (documented in the
 README): history h = 20 steps, Acc_max = 0.95, one pseudo-observation at 0.5 in ``online``'s estimate,
 γ ∈ [1, ``MAX_GAMMA``] (0 allowed for ``online``), first probe after 2 plain steps, backing off to 64 (a draft whose first
 step was rejected looks useless on that one step; waiting 8 steps cost an eighth of a 64-token answer).
@@ -13,9 +14,9 @@ import random
 from collections import defaultdict
 
 from specviz.core.drafters import Drafter, lookup_continuation
-from specviz.core.policy import MAX_GAMMA, LengthPolicy
+from specviz.core.policy import MAX_GAMMA, Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates, record_of
+from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates
 
 
 @GAMMA_POLICIES.register("+1 after a fully accepted step, −1 after a rejection.", ("gamma",))
@@ -29,10 +30,10 @@ class FSMPolicy(LengthPolicy):
         super().__init__(gamma)
         self.gamma_min, self.gamma_max = gamma_min, gamma_max
 
-    def observe(self, event) -> None:
-        if not event.draft_ids:
+    def observe(self, outcome: Outcome) -> None:
+        if not outcome.gamma:
             return
-        step = self.up if event.accepted == len(event.draft_ids) else -self.down
+        step = self.up if outcome.accepted == outcome.gamma else -self.down
         self.gamma = max(self.gamma_min, min(self.gamma_max, self.gamma + step))
 
 
@@ -58,12 +59,10 @@ class CacheFSMPolicy(FSMPolicy):
         super().__init__(gamma, **kw)
         self.long_gamma, self.ngram, self.hit = long_gamma, ngram, False
 
-    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
-        self.hit = bool(lookup_continuation(tokens, 1, self.ngram, self.ngram))
-        return self.long_gamma if self.hit else self.gamma
-
-    def explain(self) -> dict:
-        return {"policy": self.name, "gamma": self.long_gamma if self.hit else self.gamma, "suffix_seen_before": self.hit}
+    def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
+        hit = bool(lookup_continuation(tokens, 1, self.ngram, self.ngram))
+        gamma = self.long_gamma if hit else self.gamma
+        return Choice(gamma, {"policy": self.name, "gamma": gamma, "suffix_seen_before": hit})
 
 
 @GAMMA_POLICIES.register("transformers' confidence stop: draft until the draft's top probability < 0.4.")
@@ -76,15 +75,18 @@ class ConfidencePolicy(LengthPolicy):
     def __init__(self, gamma: int = MAX_GAMMA, threshold: float = 0.4):
         super().__init__(gamma)
         self.threshold = threshold
-        self.stop_rule = lambda q: float(q.max()) < self.threshold
 
     @classmethod
     def from_gamma(cls, gamma: int) -> ConfidencePolicy:
         """Its γ is a maximum, γ_max, whatever the run's γ: the confidence stop decides the length."""
         return cls()
 
-    def explain(self) -> dict:
-        return {"policy": self.name, "gamma_max": self.gamma, "threshold": self.threshold}
+    def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
+        return Choice(self.gamma, {"policy": self.name, "gamma_max": self.gamma, "threshold": self.threshold}, self.stop_rule)
+
+    def stop_rule(self, q) -> bool:
+        """Stop before a token whose draft distribution ``q`` has its top probability below the threshold."""
+        return float(q.max()) < self.threshold
 
 
 @GAMMA_POLICIES.register("The paper's online window optimisation: γ maximising predicted tokens/s (0: a plain step).", ("gamma",))
@@ -110,14 +112,12 @@ class OnlinePolicy(LengthPolicy):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.probes = ProbeSchedule(probe)
-        self.why: dict = {}
 
-    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+    def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         hist = self.histories[drafter.name]
         acc, a_q, b_p = hist.acceptance(self.prior, self.prior_weight), hist.draft_ms_per_token(), self.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
-            self.why = {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"}
-            return self.gamma
+            return Choice(self.gamma, {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"})
         rates = predicted_rates(acc, a_q, b_p, self.gamma_max, depth=hist.depth_of)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
@@ -127,19 +127,15 @@ class OnlinePolicy(LengthPolicy):
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = 1, "probe: γ* = 0 for a while"
-        self.why = {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": hist.acceptance(), "acc_naive": hist.naive_acceptance(),
-                    "a_q_ms": a_q,
-                    "b_p_ms": {str(g): b_p(g) for g in rates}, "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason}
-        return best
+        return Choice(best, {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": hist.acceptance(),
+                             "acc_naive": hist.naive_acceptance(), "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
+                             "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason})
 
-    def observe(self, event) -> None:
-        file_step(event, self.histories, self.verify)
+    def observe(self, outcome: Outcome) -> None:
+        file_step(outcome, self.histories, self.verify)
 
-    def observe_target(self, event) -> None:
-        self.verify.add(record_of(event))
-
-    def explain(self) -> dict:
-        return self.why
+    def observe_target(self, outcome: Outcome) -> None:
+        self.verify.add(outcome)
 
 
 @GAMMA_POLICIES.register("Q-learning over γ, rewarded with tokens per second.")
@@ -155,25 +151,21 @@ class RLPolicy(LengthPolicy):
         self.q = {s: dict.fromkeys(self.actions, 0.0) for s in (False, True)}
         self.state, self.epsilon, self.lr = False, epsilon, lr
         self.rng = random.Random(seed)
-        self.explored = False
 
-    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+    def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         values = self.q[self.state]
-        self.explored = self.rng.random() < self.epsilon
-        self.gamma = self.rng.choice(self.actions) if self.explored else max(values, key=values.get)
-        return self.gamma
+        explored = self.rng.random() < self.epsilon
+        self.gamma = self.rng.choice(self.actions) if explored else max(values, key=values.get)  # the action observe() rewards
+        return Choice(self.gamma, {"policy": self.name, "gamma": self.gamma, "explored": explored, "state_full_accept": self.state,
+                                   "q": {str(a): round(v, 2) for a, v in values.items()}})
 
-    def observe(self, event) -> None:
-        if not event.draft_ids:
+    def observe(self, outcome: Outcome) -> None:
+        if not outcome.gamma:
             return
-        reward = len(event.emitted_ids) / max(event.total_ms, 1e-3) * 1e3
+        reward = outcome.emitted / max(outcome.total_ms, 1e-3) * 1e3
         values = self.q[self.state]
         values[self.gamma] += self.lr * (reward - values[self.gamma])
-        self.state = event.accepted == len(event.draft_ids)
-
-    def explain(self) -> dict:
-        return {"policy": self.name, "gamma": self.gamma, "explored": self.explored, "state_full_accept": self.state,
-                "q": {str(a): round(v, 2) for a, v in self.q[self.state].items()}}
+        self.state = outcome.accepted == outcome.gamma
 
 
 def make_policy(name: str, gamma: int) -> LengthPolicy:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from specviz.core.drafters import Drafter, StopRule
-from specviz.core.policy import MAX_GAMMA, FirstDraft, LengthPolicy
+from specviz.core.drafters import Drafter
+from specviz.core.policy import MAX_GAMMA, Choice, FirstDraft, LengthPolicy, Outcome, Pick
 from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates
 
 
@@ -16,37 +16,23 @@ class PerDrafterPolicy(LengthPolicy):
 
     def __init__(self, make: Callable[[], LengthPolicy]):
         self.make, self.policies = make, {}
-        self.current: LengthPolicy | None = None
-        self.seen: list = []  # every step so far, for the target's timing in policies built later
+        self.seen: list[Outcome] = []  # every step so far, for the target's timing in policies built later
+        self.name = make().name
 
-    @property
-    def name(self) -> str:
-        return self.current.name if self.current else "per-drafter"
-
-    @property
-    def stop_rule(self) -> StopRule | None:
-        return self.current.stop_rule if self.current else None
-
-    def choose(self, drafter: Drafter, tokens: list[int]) -> int:
+    def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         if drafter.name not in self.policies:
             self.policies[drafter.name] = self.make()
-            for event in self.seen:
-                self.policies[drafter.name].observe_target(event)
-        self.current = self.policies[drafter.name]
-        return self.current.choose(drafter, tokens)
+            for outcome in self.seen:
+                self.policies[drafter.name].observe_target(outcome)
+        return self.policies[drafter.name].choose(drafter, tokens)
 
-    def observe(self, event) -> None:
-        self.seen.append(event)
+    def observe(self, outcome: Outcome) -> None:
+        self.seen.append(outcome)
         for name, policy in self.policies.items():  # the target's cost does not depend on who drafted
-            if name == event.drafter:
-                policy.observe(event)
+            if name == outcome.drafter:
+                policy.observe(outcome)
             else:
-                policy.observe_target(event)
-
-    def explain(self) -> dict | None:
-        return self.current.explain() if self.current else None
-
-
+                policy.observe_target(outcome)
 
 
 class OnlineSelector(FirstDraft):
@@ -71,7 +57,6 @@ class OnlineSelector(FirstDraft):
         self.verify = History(h, acc_max)
         self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
         self.probes = ProbeSchedule(probe)
-        self.why: dict = {}
 
     def acceptance(self, name: str) -> float | None:
         return self.histories[name].acceptance(self.priors.get(name), self.prior_weight)
@@ -91,12 +76,11 @@ class OnlineSelector(FirstDraft):
         acc = self.priors.get(drafter.name, self.histories[drafter.name].acc_max)
         return max(predicted_rates(acc, 0.0, b_p, self.gamma_max, 1).values()) >= best_measured
 
-    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Drafter | None:
+    def choose(self, drafters: list[Drafter], tokens: list[int]) -> Pick:
         ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
-        self.why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
+        why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
         if not ready:
-            self.why.update(drafter=None, reason="no drafter has a proposal: plain step")
-            return None
+            return Pick(None, {**why, "drafter": None, "reason": "no drafter has a proposal: plain step"})
         drafters = ready
         steps = {d.name: len(self.histories[d.name].drafted()) for d in drafters}
         best_measured = None
@@ -105,28 +89,22 @@ class OnlineSelector(FirstDraft):
         fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, best_measured))]
         fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
-            self.why.update(drafter=fresh[0].name, reason="exploring: too little history")
-            return fresh[0]
+            return Pick(fresh[0], {**why, "drafter": fresh[0].name, "reason": "exploring: too little history"})
         b_p = self.verify.verify_model()
         if b_p is None or b_p.plain is None:
-            self.why.update(drafter=None, reason="timing a plain step: not measured yet")
-            return None
+            return Pick(None, {**why, "drafter": None, "reason": "timing a plain step: not measured yet"})
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
         plain = 1e3 / b_p(0) if b_p(0) > 0 else 0.0
-        self.why.update(drafter=best.name, pred_tok_s={**scores, "plain": plain},
-                        acc={d.name: self.acceptance(d.name) for d in drafters}, reason="best predicted tokens/s")
+        why.update(drafter=best.name, pred_tok_s={**scores, "plain": plain},
+                   acc={d.name: self.acceptance(d.name) for d in drafters}, reason="best predicted tokens/s")
         if scores[best.name] >= plain:
             self.probes.drafting()
         elif self.probes.plain():
-            self.why["reason"] = "probe: plain for a while"
+            why["reason"] = "probe: plain for a while"
         else:
-            self.why.update(drafter=None, reason="no drafter beats a plain step")
-            return None
-        return best
+            return Pick(None, {**why, "drafter": None, "reason": "no drafter beats a plain step"})
+        return Pick(best, why)
 
-    def observe(self, event) -> None:
-        file_step(event, self.histories, self.verify)
-
-    def explain(self) -> dict:
-        return self.why
+    def observe(self, outcome: Outcome) -> None:
+        file_step(outcome, self.histories, self.verify)

@@ -1,7 +1,7 @@
 """The base of the drafters that draft from the target's own hidden states (the feature head, published EAGLE-3 heads).
 
-:class:`StateDrafter` keeps the states every target forward returns and feeds them to its head before each proposal;
-:func:`state_expander` grows token trees from the head's outputs. A subclass loads its head through the model bank
+:class:`StateDrafter` reads the states the target keeps for its committed tokens and feeds them to its head before
+each proposal; :func:`state_expander` grows token trees from the head's outputs. A subclass loads its head through the model bank
 and runs its forward.
 """
 
@@ -11,12 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-from specviz.core.cache import CachedModel, Forward, TreeRows
+from specviz.core.cache import CachedModel, TreeRows
 from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule
 from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
 from specviz.core.tree import Expander, ancestry, depths
-from specviz.models.backends.lean import grown
 
 
 class ForwardTimer(Timed):
@@ -27,9 +26,9 @@ class ForwardTimer(Timed):
 
 
 class StateDrafter(Drafter):
-    """A drafter that drafts from the target's states (the feature head, published EAGLE-3 heads): :meth:`observe` keeps
-    the state of every position each target forward returns; a proposal first feeds the head every committed position
-    it has not read with those true states, then drafts from the head's own outputs. The head's KV cache therefore
+    """A drafter that drafts from the target's states (the feature head, published EAGLE-3 heads): a proposal first
+    feeds the head every committed position it has not read with the target's states there (the target, built with
+    the head's taps, keeps them: :meth:`CachedModel.states`), then drafts from the head's own outputs. The head's KV cache therefore
     holds the target's states at committed positions: whatever drafts of a rejected branch wrote there is overwritten
     at the next proposal, so rejected drafts need no bookkeeping. A subclass gives :meth:`load` and :meth:`from_head`
     (how its head is loaded and built into a drafter), :meth:`_state`, :meth:`_forward` and :meth:`_logits`."""
@@ -40,8 +39,6 @@ class StateDrafter(Drafter):
         self.name, self.target, self.timer = name, target, ForwardTimer(name, target.lm.device)
         self.models = [self.timer]
         self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i together with the target's state s[i]
-        self.features: torch.Tensor | None = None  # s[i] at row i, for the positions 0..self.known - 1
-        self.known = 0
 
     @classmethod
     def load(cls, source: str, bank, target) -> object:
@@ -75,14 +72,6 @@ class StateDrafter(Drafter):
         """The draft's logits (rows, target vocab) from the head's outputs, −inf outside its draft vocabulary."""
         raise NotImplementedError
 
-    def observe(self, target: Forward) -> None:
-        """Keep the target's states of the positions it fed (it rolled back to ``target.start`` first)."""
-        f = self._state(target.layers)
-        end = target.start + f.shape[0]
-        self.features = grown(self.features, end, f)
-        self.features[target.start:end] = f
-        self.known = end
-
     def _run(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None = None) -> torch.Tensor:
         t0 = self.timer.times.start()
         out = self._forward(states, next_ids, start, rows)
@@ -93,12 +82,10 @@ class StateDrafter(Drafter):
         """Feed positions up to ``upto`` (exclusive) with the target's states; the last output, if any was fed."""
         if upto <= 0:
             return None
-        if self.known < upto:
-            raise RuntimeError(f"the {self.name} head drafts after the target has run on the committed tokens")
         valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
         valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
         self.fed = tokens[1:upto + 1]
-        return self._run(self.features[valid:upto], tokens[valid + 1:upto + 1], valid)[-1:]
+        return self._run(self._state(self.target.states(valid, upto)), tokens[valid + 1:upto + 1], valid)[-1:]
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:

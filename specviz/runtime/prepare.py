@@ -11,7 +11,7 @@ import torch
 
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel, LoadedModel
-from specviz.core.drafters import Drafter
+from specviz.core.drafters import CHAIN, Drafter
 from specviz.core.engine import decode
 from specviz.core.env import env_flag
 from specviz.core.errors import ConfigError
@@ -111,9 +111,9 @@ class PreparedRun:
                       record=record)
 
 
-def tree_shape(config: DecodeConfig) -> TreeShape | None:
-    """The run's token-tree shape (its budget and depth are set per step), or None for chains."""
-    return TreeShape(config.tree_nodes, config.tree_branch, config.tree_kind, config.tree_nodes) if config.tree_nodes else None
+def tree_shape(config: DecodeConfig) -> TreeShape:
+    """How the run's drafts grow: a token tree's branching and kind (its budget and depth are each step's), or a chain."""
+    return TreeShape(config.tree_branch, config.tree_kind) if config.tree_nodes else CHAIN
 
 
 @dataclass

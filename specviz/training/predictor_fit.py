@@ -7,7 +7,7 @@ import statistics
 import torch
 
 from specviz.analysis.suites import load_warmup
-from specviz.methods.estimation import History, record_of
+from specviz.methods.estimation import History, outcome_of
 from specviz.methods.predictor import AcceptancePredictor, prompt_features
 from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS
 from specviz.runtime.bank import ModelBank
@@ -30,7 +30,7 @@ def fit_predictor(n_prompts: int = 0, max_new_tokens: int = 48, gamma: int = 4) 
             run = prepare(config, prompt, bank)
             hist = History(h=10_000, acc_max=0.99)
             for event in run.events():
-                hist.add(record_of(event))
+                hist.add(outcome_of(event))
             features.append(prompt_features(run.prompt_ids, run.drafters[0]))
             acceptance.append(hist.acceptance() or 0.0)
         weights[name] = fit_weights(features, acceptance)

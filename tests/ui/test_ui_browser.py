@@ -290,7 +290,7 @@ def tree_trace(tmp_path_factory, tiny_target) -> tuple[Path, Path, dict]:
 
     prompt = [5, 17, 3, 9]
     events = list(decode(cached_model(tiny_target), prompt, drafters=[ModelDrafter(cached_model(tiny_target))], policy=LengthPolicy(32),
-                         sampler=Sampler(1.0, seed=1), max_new_tokens=24, tree=TreeShape(32, 2, "dynamic", 32)))
+                         sampler=Sampler(1.0, seed=1), max_new_tokens=24, tree=TreeShape(2, "dynamic")))
     ids = [t for e in events for t in e.emitted_ids]
     config = DecodeConfig(draft="tiny", tree_nodes=32, temperature=1.0, seed=1, max_new_tokens=24)
     trace = Trace("a tiny random model's prompt", config, Tokenizer().decode(ids), ids, events, summarize(events), None,

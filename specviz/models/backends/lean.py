@@ -96,21 +96,6 @@ def on_vocab(scores: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.
     return scores.new_full((scores.shape[0], vocab_size), float("-inf")).index_copy_(1, ids, scores)
 
 
-def grown(buffer: torch.Tensor | None, end: int, like: torch.Tensor, dim: int = 0) -> torch.Tensor:
-    """``buffer`` with room for positions 0..end−1 along ``dim``: itself if it has them, else zeros shaped as ``like`` but
-    for ``dim``, which holds max(end, twice what it held, 256) positions, the held ones copied to its start (a cache
-    that grows by doubling)."""
-    have = 0 if buffer is None else buffer.shape[dim]
-    if end <= have:
-        return buffer
-    shape = list(like.shape)
-    shape[dim] = max(end, 2 * have, 256)
-    out = like.new_zeros(shape)
-    if have:
-        out.narrow(dim, 0, have).copy_(buffer)
-    return out
-
-
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
