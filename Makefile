@@ -31,7 +31,7 @@ run: setup
 
 test: setup browser
 	$(BIN)/ruff check specviz tests app.py scripts
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.analysis.cost_model import predict_run  # noqa: E402
 from specviz.bench.harness import hf_assisted_generate  # noqa: E402
-from specviz.core.cache import LoadedModel  # noqa: E402
 from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.policy import LengthPolicy  # noqa: E402
@@ -48,6 +47,7 @@ from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead  # noqa: E402
 from specviz.models.backends import cached_model  # noqa: E402
+from specviz.models.loaded import LoadedModel  # noqa: E402
 from specviz.models.loading import load_model  # noqa: E402
 from tests.eagle3_heads import reference_drafts, tiny_target_dir, write_head  # noqa: E402
 

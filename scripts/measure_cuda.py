@@ -31,7 +31,7 @@ import transformers
 
 from specviz.bench.harness import hf_assisted_generate, rotations
 from specviz.bench.report import markdown
-from specviz.core.cache import CachedModel, LoadedModel
+from specviz.core.cache import CachedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.metrics import summarize
@@ -40,6 +40,7 @@ from specviz.core.record import StepEvent
 from specviz.core.timing import Stopwatch
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head
 from specviz.models.backends import cached_model
+from specviz.models.loaded import LoadedModel
 from specviz.models.loading import load_model, pick_device
 
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,

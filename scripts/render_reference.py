@@ -27,14 +27,12 @@ from render_tables import PAGES, render_pages  # noqa: E402
 from render_tables import markdown as table  # noqa: E402
 
 import specviz.cli as cli  # noqa: E402
-from specviz.api import Trace  # noqa: E402
+from specviz.api.trace import Trace  # noqa: E402
 from specviz.bench.configs import CONFIG_SETS  # noqa: E402
-from specviz.core.drafters import LevelRecord  # noqa: E402
 from specviz.core.env import ENV  # noqa: E402
 from specviz.core.metrics import METRICS, summarize  # noqa: E402
-from specviz.core.record import StepEvent, TreeRecord, VerifyRecord  # noqa: E402
+from specviz.core.record import LevelRecord, NodeRecord, StepEvent, TreeRecord, VerifyRecord  # noqa: E402
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Registry  # noqa: E402
-from specviz.core.tree import NodeRecord  # noqa: E402
 from specviz.models.paths import ASSETS  # noqa: E402
 from specviz.models.presets import DEFAULT_ORDER, PRESETS  # noqa: E402
 from specviz.runtime import config  # noqa: E402
@@ -148,7 +146,7 @@ def bench_sets_table() -> str:
 
 # --- the JSON object ---------------------------------------------------------------------------------------------
 
-OWNERS = {"Trace": "specviz/api.py", "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
+OWNERS = {"Trace": "specviz/api/trace.py", "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
           "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py"}
 
 

@@ -94,7 +94,7 @@ def read_prompt(a: argparse.Namespace) -> str:
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
-    from specviz.api import trace_of
+    from specviz.api.trace import trace_of
     from specviz.runtime.bank import ModelBank
     from specviz.runtime.prepare import baseline_config, prepare
 

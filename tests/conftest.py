@@ -15,10 +15,28 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from specviz.core.cache import LoadedModel  # noqa: E402
+from specviz.models.loaded import LoadedModel  # noqa: E402
 
 if os.environ.get("SPECVIZ_TEST_DEVICE"):
     torch.set_default_device(os.environ["SPECVIZ_TEST_DEVICE"])
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # `make test` runs two workers: they share the cores
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+SERIAL = {"app": ("tests/ui/test_ui_browser.py", "tests/ui/test_load.py", "tests/ui/test_ui_api.py", "tests/ui/test_zerogpu.py"),
+          "repository": ("tests/test_registry.py", "tests/test_docs.py", "tests/test_install.py", "tests/test_notebook.py",
+                         "tests/test_architecture.py")}
+"""Test files that keep to one worker under pytest-xdist, in order: those that serve the app (a second app, or a
+decode beside a load test, would change what they measure), and those that add a file to the package or read every
+file of the repository."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.relative_to(config.rootpath).as_posix()
+        group = next((name for name, files in SERIAL.items() if path in files), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def seeded(seed: int) -> torch.Generator:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.core.cache import LoadedModel
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head, save_head
 from specviz.models.backends import cached_model
+from specviz.models.loaded import LoadedModel
 from specviz.training import feature_head as feature_train
 from specviz.training.feature_head import collate, sequences, target_states, ttt_losses, ttt_mask, ttt_outputs, warm_start
 from tests.conftest import random_prompts, target_answers

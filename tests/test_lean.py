@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from specviz.core.cache import CachedModel, LoadedModel
+from specviz.core.cache import CachedModel
 from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
@@ -13,6 +13,7 @@ from specviz.models.backends import cached_model, supports_lean
 from specviz.models.backends.cpu import int8_kernels, int8_linear, pack_linears, quantize_rows
 from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, eager_capture
 from specviz.models.backends.lean import LeanStorage
+from specviz.models.loaded import LoadedModel
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import static_shapes
 from tests.conftest import seeded, tiny_llama

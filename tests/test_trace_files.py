@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import specviz
-from specviz.api import MAX_TRACE_BYTES, TRACE_VERSION, check_trace
+from specviz.api.trace import MAX_TRACE_BYTES, TRACE_VERSION, check_trace
 from specviz.runtime.config import DecodeConfig
 from specviz.viz.export import step_views, trace_page
 

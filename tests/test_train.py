@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.core.cache import LoadedModel
+from specviz.models.loaded import LoadedModel
 from specviz.training import distill_data
 from specviz.training import drafts as train
 from specviz.training.distill_data import build_instructions, load_data, split_heldout

@@ -10,7 +10,7 @@ import statistics
 
 import torch
 
-from specviz.core.cache import LoadedModel
+from specviz.models.loaded import LoadedModel
 
 
 @torch.inference_mode()

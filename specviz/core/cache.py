@@ -24,27 +24,16 @@ from specviz.core.timing import ForwardTimes, Timed
 from specviz.core.tree import TokenTree, ancestry, depths
 
 
-@dataclass
-class LoadedModel:
-    """A causal LM ready for decoding, with its display name and the vocabulary size it may emit;
-    ``draft_vocab`` (from ``draft_vocab.json`` beside the weights) lists the ids a lean draft head scores."""
+class Loaded(Protocol):
+    """What a cached model needs of a loaded one (``specviz.models.loaded.LoadedModel``): its display name, the torch
+    module, the vocabulary size it may emit and its device."""
 
     name: str
     model: torch.nn.Module
     vocab_size: int
-    draft_vocab: list[int] | None = None
 
     @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
-
-    @property
-    def max_positions(self) -> int:
-        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+    def device(self) -> torch.device: ...
 
 
 def grown(buffer: torch.Tensor | None, end: int, like: torch.Tensor, dim: int = 0) -> torch.Tensor:
@@ -102,7 +91,7 @@ class Storage(Protocol):
 class DynamicStorage:
     """transformers' own forward over a ``DynamicCache``: works for any causal LM."""
 
-    def __init__(self, lm: LoadedModel):
+    def __init__(self, lm: Loaded):
         from transformers import DynamicCache
 
         self.model = lm.model
@@ -138,7 +127,7 @@ class CachedModel(Timed):
     layer indices), every :class:`Forward` it returns carries those states too (judge decoding reads the first, a
     feature head the second)."""
 
-    def __init__(self, lm: LoadedModel, vocab_size: int | None = None, storage: Storage | None = None,
+    def __init__(self, lm: Loaded, vocab_size: int | None = None, storage: Storage | None = None,
                  prenorm: bool = False, taps: tuple[int, ...] = ()):
         self.lm, self.name = lm, lm.name
         self.vocab_size = vocab_size or lm.vocab_size

@@ -9,7 +9,6 @@ child) ``propose`` drafts it token by token.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +17,7 @@ import torch
 from specviz.core.cache import CachedModel
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
-from specviz.core.timing import Stopwatch, Timed
+from specviz.core.timing import Mark, Stopwatch, Timed
 from specviz.core.tree import MAX_TREE_NODES, Expander, TokenTree, TreeShape, grow_tree
 
 StopRule = Callable[[torch.Tensor], bool]
@@ -37,16 +36,25 @@ def step_size(shape: TreeShape, size: int, room: int) -> tuple[int, int]:
 
 
 @dataclass
-class LevelRecord:
-    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a chain,
-    one [drafted, passed up] pair per verification and the token ids of each (``blocks``: drafted, passed)."""
+class LevelWork:
+    """One level's work in one proposal, as measured: forwards (or lookups), the stopwatch spans it ran (read by the
+    recorder once the step is done, so measuring never waits on the device) and, for a verifying level of a polybasic
+    chain, one [drafted, passed up] pair per verification and the token ids of each (``blocks``: drafted, passed)."""
 
     name: str
     role: str
+    watch: Stopwatch
     passes: int = 0
-    ms: float = 0.0
+    spans: list[tuple[Mark, Mark]] = field(default_factory=list)
     verifications: list[list[int]] = field(default_factory=list)
     blocks: list[dict] = field(default_factory=list)
+
+    def merge(self, other: LevelWork) -> None:
+        """Add another proposal's work at the same level."""
+        self.passes += other.passes
+        self.spans += other.spans
+        self.verifications += other.verifications
+        self.blocks += other.blocks
 
 
 @dataclass
@@ -58,7 +66,7 @@ class Draft:
     ids: list[int]
     q: torch.Tensor | None
     drafter: str
-    levels: list[LevelRecord] = field(default_factory=list)
+    levels: list[LevelWork] = field(default_factory=list)
     parents: list[int] = None  # type: ignore[assignment]  # a chain's, filled in below
 
     def __post_init__(self) -> None:
@@ -121,12 +129,32 @@ class Drafter:
     def propose_tree(self, tokens: list[int], shape: TreeShape, nodes: int, depth: int, sampler: Sampler) -> Draft:
         """A token tree of ``shape`` below ``tokens`` (at most ``nodes`` nodes, ``depth`` levels): one node per id, with
         its parent and the q it was drawn from."""
-        watch = self.models[0].times.watch if self.models else Stopwatch(torch.device("cpu"))
-        forwards, start = sum(m.forwards for m in self.models), watch.mark()
+        started = self._started()
         tree, q = grow_tree(self.expander(tokens, sampler), shape, nodes, depth, sampler)
+        return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
+
+    def _started(self) -> tuple[Stopwatch, Mark, int]:
+        """The stopwatch of this drafter's device, a mark and the forwards so far: the start of a proposal's work."""
+        watch = self.models[0].times.watch if self.models else Stopwatch(torch.device("cpu"))
+        return watch, watch.mark(), sum(m.forwards for m in self.models)
+
+    def _work(self, watch: Stopwatch, start: Mark, forwards: int) -> LevelWork:
+        """The work of a proposal :meth:`_started` began."""
         passes = sum(m.forwards for m in self.models) - forwards or 1  # a model-free drafter: one lookup pass
-        work = LevelRecord(self.name, "draft", passes, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(tree.ids, q, self.name, [work], tree.parents)
+        return LevelWork(self.name, "draft", watch, passes, [(start, watch.mark())])
+
+    def _chain(self, next_logits: Callable[[list[int]], torch.Tensor | None], gamma: int, sampler: Sampler,
+               stop: StopRule | None) -> Draft:
+        """A chain drawn one token at a time: ``next_logits(ids)`` gives the draft's logits after the ids drawn so far
+        (None: it cannot go on)."""
+        started, ids, qs = self._started(), [], []
+        while len(ids) < gamma and (logits := next_logits(ids)) is not None:
+            q = sampler.probs(logits)
+            if stop is not None and stop(q):
+                break
+            ids.append(int(sampler.pick(logits, q)))
+            qs.append(q)
+        return Draft(ids, torch.stack(qs) if qs else None, self.name, [self._work(*started)])
 
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
@@ -135,9 +163,9 @@ class Drafter:
         """Whether ``propose`` would return any token after ``tokens`` (a model always can)."""
         return True
 
-    def blank_levels(self) -> list[dict]:
-        """Empty per-level work records, top first, in the shape ``propose`` reports them."""
-        return [LevelRecord(self.name, "draft")]
+    def blank_levels(self) -> list[LevelWork]:
+        """Empty per-level work, top first, in the shape ``propose`` reports it."""
+        return [LevelWork(self.name, "draft", self._started()[0])]
 
 
 @DRAFTERS.register("A small causal LM sharing the target's tokenizer, drafting token by token.", ("full_draft_vocab",), name="model")
@@ -160,17 +188,7 @@ class ModelDrafter(Drafter):
         return cls(context.draft_model(name))
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        seq, qs, start, forwards = list(tokens), [], self.model.times.start(), self.model.forwards
-        for _ in range(gamma):
-            logits = self.model.forward(seq, keep=1).logits[0]
-            q = sampler.probs(logits)
-            if stop is not None and stop(q):
-                break
-            seq.append(int(sampler.pick(logits, q)))
-            qs.append(q)
-        ms = 1e3 * self.model.times.watch.seconds(start, self.model.times.watch.mark())
-        work = LevelRecord(self.name, "draft", self.model.forwards - forwards, ms)
-        return Draft(seq[len(tokens):], torch.stack(qs) if qs else None, self.name, [work])
+        return self._chain(lambda ids: self.model.forward(tokens + ids, keep=1).logits[0], gamma, sampler, stop)
 
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         fed_ids: list[int] = []
@@ -210,9 +228,9 @@ class NGramDrafter(Drafter):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        start = time.perf_counter()
+        started = self._started()
         ids = lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram)
-        return Draft(ids, None, self.name, [LevelRecord(self.name, "draft", 1, 1e3 * (time.perf_counter() - start))])
+        return Draft(ids, None, self.name, [self._work(*started)])
 
     def can_draft(self, tokens: list[int]) -> bool:
         return bool(lookup_continuation(tokens, 1, self.max_ngram, self.min_ngram))

@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict, one_hot_rows
-from specviz.core.drafters import CHAIN, Draft, LevelRecord
+from specviz.core.drafters import CHAIN, Draft, LevelWork
 from specviz.core.policy import Outcome
 from specviz.core.timing import Mark, Stopwatch
 from specviz.core.tree import TreeEvidence, TreeShape, depths
@@ -68,6 +68,25 @@ class VerifyRecord:
         """As JSON; the judge's and the rejection's fields only where they apply."""
         optional = ("score", "threshold", "argmax", "residual_top")
         return {k: v for k, v in asdict(self).items() if k not in optional or v is not None}
+
+
+@dataclass
+class LevelRecord:
+    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a chain,
+    one [drafted, passed up] pair per verification and the token ids of each (``blocks``: drafted, passed)."""
+
+    name: str
+    role: str
+    passes: int = 0
+    ms: float = 0.0
+    verifications: list[list[int]] = field(default_factory=list)
+    blocks: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, work: LevelWork) -> LevelRecord:
+        """The record of measured work: its spans read as milliseconds."""
+        ms = 1e3 * sum(work.watch.seconds(start, end) for start, end in work.spans)
+        return cls(work.name, work.role, work.passes, ms, work.verifications, work.blocks)
 
 
 @dataclass
@@ -211,7 +230,8 @@ class Recorder:
             emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=reasons,
             judge_scores=None if scores is None else scores.tolist(), draft_ms=outcome.draft_ms,
             verify_ms=outcome.verify_ms, overhead_ms=outcome.total_ms - outcome.draft_ms - outcome.verify_ms,
-            total_ms=outcome.total_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms, policy=policy, levels=draft.levels,
+            total_ms=outcome.total_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms, policy=policy,
+            levels=[LevelRecord.of(work) for work in draft.levels],
             verify=verify_records(draft, verdict, len(emitted)) if full and shape == CHAIN else [], tree=tree)
 
 

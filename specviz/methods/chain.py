@@ -18,19 +18,10 @@ import torch
 
 from specviz.core.acceptance import ExactRule, Verdict
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule
+from specviz.core.drafters import Draft, Drafter, LevelWork, StopRule
 from specviz.core.sampling import Sampler
 
 DEFAULT_LEVEL_GAMMA = 4
-
-
-def merge_levels(total: list[LevelRecord], part: list[LevelRecord]) -> None:
-    """Add one inner proposal's per-level records into the running totals (same chain, same order)."""
-    for acc, rec in zip(total, part):
-        acc.passes += rec.passes
-        acc.ms += rec.ms
-        acc.verifications += rec.verifications
-        acc.blocks += rec.blocks
 
 
 class StagedDrafter(Drafter):
@@ -53,34 +44,34 @@ class StagedDrafter(Drafter):
         while len(block) < gamma:
             seq = tokens + block
             draft = self._inner_draft(seq, min(self.level_gamma, gamma - len(block) - 1), sampler, stop, below)
-            verdict, p, seconds = self._verify(seq, draft, sampler)
+            verdict, p = self._verify(seq, draft, sampler, mine)
             n = verdict.accepted
             block += draft.ids[:n] + [verdict.next_token]
             qs.append(p[: n + 1])
-            mine.passes += 1
-            mine.ms += 1e3 * seconds
             mine.verifications.append([len(draft.ids), n + 1])
             mine.blocks.append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
             if n < len(draft.ids):
                 break
         return Draft(block, torch.cat(qs), self.name, [mine, *below])
 
-    def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, below: list[LevelRecord]) -> Draft:
+    def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, below: list[LevelWork]) -> Draft:
         if k <= 0:
             return Draft([], None, self.inner.name)
         draft = self.inner.propose(seq, k, sampler, stop)
-        merge_levels(below, draft.levels)
+        for total, part in zip(below, draft.levels):
+            total.merge(part)
         return draft
 
-    def blank_levels(self) -> list[LevelRecord]:
-        return [LevelRecord(self.verifier.name, "verify"), *self.inner.blank_levels()]
+    def blank_levels(self) -> list[LevelWork]:
+        return [LevelWork(self.verifier.name, "verify", self.verifier.times.watch), *self.inner.blank_levels()]
 
-    def _verify(self, seq: list[int], draft: Draft, sampler: Sampler) -> tuple[Verdict, torch.Tensor, float]:
-        before = self.verifier.forward_s
+    def _verify(self, seq: list[int], draft: Draft, sampler: Sampler, work: LevelWork) -> tuple[Verdict, torch.Tensor]:
+        start = work.watch.mark()
         logits = self.verifier.forward(seq + draft.ids, keep=len(draft.ids) + 1).logits
+        work.passes += 1
+        work.spans.append((start, work.watch.mark()))
         p = sampler.probs(logits)
-        verdict = self.rule.verify(draft, logits, p, sampler)
-        return verdict, p, self.verifier.forward_s - before
+        return self.rule.verify(draft, logits, p, sampler), p
 
 
 def build_chain(bottom: Drafter, verifiers: list[CachedModel], level_gamma: int = DEFAULT_LEVEL_GAMMA) -> Drafter:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from specviz.core.cache import CachedModel, TreeRows
-from specviz.core.drafters import Draft, Drafter, LevelRecord, StopRule
+from specviz.core.drafters import Draft, Drafter, StopRule
 from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
 from specviz.core.tree import Expander, ancestry, depths
@@ -89,21 +89,13 @@ class StateDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        watch = self.timer.times.watch
-        start, n = watch.mark(), len(tokens) - 1
-        forwards, ids, qs = self.timer.forwards, [], []
-        state = self._catch_up(tokens, n) if gamma > 0 else None
-        while state is not None and len(ids) < gamma:
-            logits = self._logits(state)[0]
-            q = sampler.probs(logits)
-            if stop is not None and stop(q):
-                break
-            ids.append(int(sampler.pick(logits, q)))
-            qs.append(q)
-            if len(ids) < gamma:
-                state = self._run(state, ids[-1:], n + len(ids) - 1)
-        work = LevelRecord(self.name, "draft", self.timer.forwards - forwards, 1e3 * watch.seconds(start, watch.mark()))
-        return Draft(ids, torch.stack(qs) if qs else None, self.name, [work])
+        n, state = len(tokens) - 1, None
+
+        def next_logits(ids: list[int]) -> torch.Tensor | None:
+            nonlocal state
+            state = self._catch_up(tokens, n) if not ids else self._run(state, ids[-1:], n + len(ids) - 1)
+            return None if state is None else self._logits(state)[0]
+        return self._chain(next_logits, gamma, sampler, stop)
 
     @torch.inference_mode()
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from specviz.core.cache import LoadedModel
 from specviz.core.env import env_flag
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.models.backends import place
+from specviz.models.loaded import LoadedModel
 from specviz.models.paths import cache_dir
 from specviz.models.presets import GGUF_FILE, GGUF_SOURCE, OFFLINE_PRESET
 

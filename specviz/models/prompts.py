@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specviz.core.cache import LoadedModel
+from specviz.models.loaded import LoadedModel
 
 
 def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from specviz.core.cache import LoadedModel
 from specviz.methods.eagle3 import Eagle3Head, load_eagle3
 from specviz.methods.feature_head import FeatureHead, load_head
+from specviz.models.loaded import LoadedModel
 from specviz.models.loading import load_model, load_tokenizer, pick_device
 from specviz.models.presets import Preset, check_access
 

@@ -115,7 +115,20 @@ class DecodeConfig:
         types = {f.name: f.type for f in fields(cls)}
         return cls(**{name: _convert(option(name), types[name], v) for name, v in values.items()}).validate()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__.pop("_validated", None)  # a changed setting is checked again
+        super().__setattr__(name, value)
+
+    @property
+    def validated(self) -> bool:
+        """Whether :meth:`validate` passed on this object (a copy made by ``dataclasses.replace`` is checked again)."""
+        return self.__dict__.get("_validated", False)
+
     def validate(self) -> DecodeConfig:
+        """This config, once every setting and combination is checked (each entry point calls it once; later stages
+        find it done); a one-line ConfigError otherwise."""
+        if self.validated:
+            return self
         for name, s in self.settings().items():
             value = getattr(self, name)
             if s.choices is not None and value not in s.options():
@@ -123,6 +136,7 @@ class DecodeConfig:
             if s.low is not None or s.high is not None:
                 _check_range(option(name), value, s)
         self._validate_combinations()
+        self.__dict__["_validated"] = True
         return self
 
     def _validate_combinations(self) -> None:

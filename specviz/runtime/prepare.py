@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from specviz.core.acceptance import ExactRule
-from specviz.core.cache import CachedModel, LoadedModel
+from specviz.core.cache import CachedModel
 from specviz.core.drafters import CHAIN, Drafter
 from specviz.core.engine import decode
 from specviz.core.env import env_flag
@@ -24,6 +24,7 @@ from specviz.methods.chain import build_chain
 from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
+from specviz.models.loaded import LoadedModel
 from specviz.models.loading import check_shared_vocab, shared_vocab_size
 from specviz.models.presets import Preset, check_access, resolve_draft, resolve_preset
 from specviz.models.prompts import encode_prompt, stop_ids_of

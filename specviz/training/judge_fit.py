@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from specviz.core.cache import LoadedModel
 from specviz.core.hidden import final_norm, prenorm_states
 from specviz.methods.judge import JudgeHead, confidence_features
+from specviz.models.loaded import LoadedModel
 from specviz.models.prompts import encode_prompt
 
 DEFAULT_L2 = 0.1  # best of 1e-2..1 in 5-fold CV over the train split grouped by question (with the junk items)

@@ -71,12 +71,12 @@ class Models:
         if not background:
             self._warming.join()
 
-    def _warm(self, decode: Callable[[dict, str], Iterable], preset: str) -> None:
+    def _warm(self, decode: Callable[[DecodeConfig, str], Iterable], preset: str) -> None:
         start = time.perf_counter()
         try:
             for config in warmup_configs(preset):
                 self.load_weights(config)
-                for _ in decode(config.to_dict(), "Hello"):
+                for _ in decode(config.validate(), "Hello"):
                     pass
         except Exception as exc:  # shown in the status line; runs will report their own errors
             self.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

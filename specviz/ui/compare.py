@@ -11,7 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from specviz.analysis.result import result_of
-from specviz.api import trace_of
+from specviz.api.trace import trace_of
 from specviz.core.errors import ConfigError
 from specviz.runtime.prepare import BASELINE_SETTINGS, baseline_config, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, default_preset, shared_models
@@ -83,7 +83,7 @@ def _warm_up(models: Models, comp: Comparison) -> None:
     """A few tokens through every configuration first, so no run pays a first-call cost."""
     for label in comp.labels:
         models.load_weights(comp.configs[label])
-        for _ in decode_steps(replace(comp.configs[label], max_new_tokens=WARMUP_TOKENS).to_dict(), comp.prompt):
+        for _ in decode_steps(replace(comp.configs[label], max_new_tokens=WARMUP_TOKENS).validate(), comp.prompt):
             pass
 
 

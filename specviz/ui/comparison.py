@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from specviz.api import Trace
+from specviz.api.trace import Trace
 from specviz.core.errors import ConfigError
 from specviz.core.policy import MAX_GAMMA
 from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES

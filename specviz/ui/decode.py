@@ -1,6 +1,6 @@
 """The app's decodes, run where the device is: on a ZeroGPU Space each call below runs in the GPU worker process.
 
-What crosses the boundary is plain data both ways: a run's settings (a dict) and prompt in, batches of step dicts
+What crosses the boundary is picklable data both ways: a run's validated settings and prompt in, batches of steps
 out. Everything else (the tokenizer, the views, the browser session's live state that Stop reads) stays in the app's
 own process, so stopping a run closes this generator from the app's side, which ends the worker's decode.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 from specviz.ui.bank import shared_models
@@ -20,20 +21,19 @@ BATCH_EVERY_S = 0.5
 """How often the decode hands over the steps it has (the first at once)."""
 
 
-def steps_seconds(settings: dict, prompt: str, runs: int = 1) -> int:
+def steps_seconds(config: DecodeConfig, prompt: str, runs: int = 1) -> int:
     """The GPU time a call asks for: ``runs`` decodes of the requested tokens (ZeroGPU's ``duration``)."""
-    return decode_seconds(int(settings.get("max_new_tokens", DecodeConfig.max_new_tokens)), runs)
+    return decode_seconds(config.max_new_tokens, runs)
 
 
 @gpu(duration=steps_seconds)
-def decode_steps(settings: dict, prompt: str, runs: int = 1) -> Iterator[list[dict]]:
-    """Decode ``prompt`` with ``settings`` (DecodeConfig's fields) ``runs`` times (the first runs warm a configuration
-    up: their steps are not handed over), yielding batches of the last run's step dicts as they come."""
-    config = DecodeConfig(**settings).validate()
+def decode_steps(config: DecodeConfig, prompt: str, runs: int = 1) -> Iterator[list[StepEvent]]:
+    """Decode ``prompt`` with ``config`` ``runs`` times (the first runs warm a configuration up: their steps are not
+    handed over), yielding batches of the last run's steps as they come."""
     start, tokens = time.perf_counter(), 0
     for batch in stream_batches(_decode(config, prompt, runs), every_s=BATCH_EVERY_S):
         tokens += sum(len(e.emitted_ids) for e in batch)
-        yield [e.to_dict() for e in batch]
+        yield batch
     observe_speed(tokens, time.perf_counter() - start)
 
 

@@ -22,20 +22,16 @@ from specviz.ui.gpu import decode_seconds, gpu, observe_speed
 from specviz.ui.stream import on_model_thread
 
 
-def generate_seconds(prompt: str, settings: dict | None = None) -> int:
+def generate_seconds(prompt: str, config: DecodeConfig) -> int:
     """The GPU time a ``generate`` call asks for (ZeroGPU's ``duration``)."""
-    try:
-        tokens = int((settings or {}).get("max_new_tokens", DecodeConfig.max_new_tokens))
-    except (TypeError, ValueError):
-        tokens = DecodeConfig.max_new_tokens
-    return decode_seconds(min(max(tokens, 1), APP_MAX_NEW_TOKENS))
+    return decode_seconds(config.max_new_tokens)
 
 
 @gpu(duration=generate_seconds)
-def decode(prompt: str, settings: dict) -> dict:
-    """One decode on the GPU side: plain data in, the CLI's JSON object out."""
+def decode(prompt: str, config: DecodeConfig) -> dict:
+    """One decode on the GPU side: a validated config in, the CLI's JSON object out."""
     start = time.perf_counter()
-    result = on_model_thread(lambda: run_to_result(prepare(DecodeConfig(**settings).validate(), prompt, shared_models().bank)))
+    result = on_model_thread(lambda: run_to_result(prepare(config, prompt, shared_models().bank)))
     observe_speed(result["metrics"]["new_tokens"], time.perf_counter() - start)
     return result
 
@@ -51,7 +47,7 @@ def generate(prompt: str, settings: dict[str, Any] | None = None) -> dict:
             raise ConfigError(f"max_new_tokens is at most {APP_MAX_NEW_TOKENS} here, got {config.max_new_tokens}")
         plan(config, prompt, shared_models().bank)  # settings and prompt checked here, before asking for a GPU
         shared_models().load_weights(config)
-        return decode(prompt, config.to_dict())
+        return decode(prompt, config)
     except ConfigError as exc:
         raise gr.Error(str(respelled(exc, keyword))) from None
     except ModelLoadError as exc:

@@ -17,7 +17,7 @@ import gradio as gr
 import pandas as pd
 
 from specviz.analysis.result import result_of
-from specviz.api import Trace, read_trace, trace_of
+from specviz.api.trace import Trace, read_trace, trace_of
 from specviz.core.errors import ConfigError
 from specviz.models.paths import ASSETS
 from specviz.runtime.config import DecodeConfig

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from specviz.api import Trace, token_pieces
+from specviz.api.trace import Trace, token_pieces
 from specviz.core.metrics import summarize
 from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
@@ -59,17 +59,16 @@ class Live:
         """Per step: [seconds since start, tokens so far, the step's span HTML]."""
         self.view = {"steps": self.builder.events, "pieces": {}, "config": plan.config.to_dict(), "baseline": None, "follow": True}
 
-    def add(self, batch: list[dict]) -> None:
-        events = [StepEvent.from_dict(step) for step in batch]
+    def add(self, events: list[StepEvent]) -> None:
         self.events += events
         for event in events:
             spans = self.builder.add(event)
             self.chunks.append([event.elapsed_ms / 1e3, self.builder.new_tokens, spans_html(spans)])
         self.view["pieces"].update(token_pieces(self.plan.tokenizer, events))
 
-    def stream(self, prompt: str) -> Iterator[list[dict]]:
+    def stream(self, prompt: str) -> Iterator[list[StepEvent]]:
         """The run's steps from the decode (the GPU worker on ZeroGPU), batch by batch, recorded here as they come."""
-        for batch in decode_steps(self.plan.config.to_dict(), prompt):
+        for batch in decode_steps(self.plan.config, prompt):
             self.add(batch)
             yield batch
 

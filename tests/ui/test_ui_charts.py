@@ -86,7 +86,7 @@ def chain_theory() -> dict:
     """The theory block of a hand-made three-level run (ngram → mid → target)."""
     from types import SimpleNamespace
 
-    from specviz.core.drafters import LevelRecord
+    from specviz.core.record import LevelRecord
 
     def step(k: int, acc: int, verifications: list) -> SimpleNamespace:
         levels = [LevelRecord("mid", "verify", len(verifications), 5.0 * len(verifications), verifications),

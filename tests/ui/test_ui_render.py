@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from specviz.core.errors import ConfigError
+from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 from specviz.ui.runs import baseline_key, get_baseline, put_baseline
 from specviz.ui.state import form_config, new_session
@@ -288,7 +289,7 @@ def test_a_streaming_run_redraws_a_few_times_a_second_and_its_charts_less_or_at_
     def steps(settings, prompt):
         for k in range(1, 101):
             time.sleep(0.01)  # a fast decode: 100 steps a second
-            yield [event(k, [1], 1, [1, 2], ["exact"], elapsed=10.0 * k)]
+            yield [StepEvent.from_dict(event(k, [1], 1, [1, 2], ["exact"], elapsed=10.0 * k))]
 
     monkeypatch.setattr(runs, "decode_steps", steps)
     monkeypatch.setattr(explore, "CHARTS_EVERY_S", 0.3)  # the real pace draws no live chart in a run this short

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from specviz.core.cache import CachedModel, LoadedModel
+from specviz.core.cache import CachedModel
 from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears
 from specviz.models.backends.graphs import cuda_capture
 from specviz.models.backends.lean import LeanStorage
+from specviz.models.loaded import LoadedModel
 
 
 def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.dtype | None = None) -> None:

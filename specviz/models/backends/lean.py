@@ -22,9 +22,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specviz.core.cache import LoadedModel, TreeRows
+from specviz.core.cache import TreeRows
 from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
 from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, Capture, Graphs
+from specviz.models.loaded import LoadedModel
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,42 +1,25 @@
-"""The Python API: ``speculate`` runs one decode and returns a :class:`Trace`; ``stream`` yields its steps as they
-happen. Both take what the CLI takes: a preset, draft names, hub ids or local directories, and also models that
-are already loaded. Settings are :class:`~specviz.runtime.config.DecodeConfig`'s names; mistakes raise the
-one-line :class:`~specviz.core.errors.ConfigError` (naming settings as keyword arguments, ``gamma=``) or
-:class:`~specviz.core.errors.ModelLoadError`."""
+"""Trace files: a finished decode with everything its views need (:class:`Trace`), read back with the checks that keep
+a damaged or foreign file from reaching the app, and the trace of a run's events (:func:`trace_of`)."""
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from specviz.analysis.result import result_of
-from specviz.core.cache import LoadedModel
 from specviz.core.errors import ConfigError
 from specviz.core.record import StepEvent
 from specviz.models.loading import describe_hardware
-from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
-from specviz.runtime.bank import ModelBank, target_dtype
-from specviz.runtime.config import DecodeConfig, respelled
-from specviz.runtime.prepare import RunPlan, baseline_config, prepare
+from specviz.runtime.config import DecodeConfig
+from specviz.runtime.prepare import RunPlan
 from specviz.viz import charts
 from specviz.viz.export import race_series, run_label, trace_headline, trace_page
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
 from specviz.viz.trace import TraceBuilder
-
-_bank: ModelBank | None = None
-
-
-def bank() -> ModelBank:
-    """The process's model bank: models named by preset, hub id or directory are loaded once and reused."""
-    global _bank
-    _bank = _bank or ModelBank()
-    return _bank
-
 
 TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 2  # 2: a step may hold a token tree ("tree")
 MAX_TRACE_BYTES = 32 * 2**20
@@ -177,101 +160,6 @@ def check_trace(data: Any) -> dict:
     if data.get("baseline") is not None:
         check_trace(data["baseline"])
     return data
-
-
-def _loaded(model: Any, fallback: str) -> LoadedModel:
-    """A transformers model object as a LoadedModel (used as it is: not moved, cast or repacked)."""
-    config = model.config
-    name = Path(getattr(config, "name_or_path", "") or fallback).name or fallback
-    return LoadedModel(name, model.eval(), int(config.vocab_size))
-
-
-def _is_model(value: Any) -> bool:
-    return hasattr(value, "config") and hasattr(value, "forward")
-
-
-def keyword(name: str) -> str:
-    """A setting as this API's errors name it: its keyword argument (``select=``)."""
-    return f"{name}="
-
-
-@contextmanager
-def _api_names() -> Iterator[None]:
-    """ConfigErrors raised inside name settings as this API's keyword arguments, not as CLI options."""
-    try:
-        yield
-    except ConfigError as exc:
-        raise respelled(exc, keyword) from None
-
-
-def _inputs(target: Any, draft: Any, tokenizer: Any, settings: dict) -> tuple[DecodeConfig, dict]:
-    """The run's config and ``prepare``'s model arguments: names resolve through the preset, objects pass along."""
-    settings = dict(settings)
-    if isinstance(target, str) and target in PRESETS:
-        settings["preset"], target = target, None
-    items = [] if draft is None else list(draft) if isinstance(draft, list | tuple) else [draft]
-    names = [_draft_name(d, i) for i, d in enumerate(items)]
-    if isinstance(draft, list | tuple):
-        settings["select"] = names
-    elif names:
-        settings["draft"] = names[0]
-    config = DecodeConfig.from_values(settings)
-    if items and (config.chain or config.method == "ar"):
-        raise ConfigError("draft= is for speculative decoding without a chain: name a chain's models in chain=[...]")
-    preset = resolve_preset(config.preset)
-    drafts = [(name, _loaded(d, name) if _is_model(d) else resolve_draft(preset, name)) for name, d in zip(names, items)] or None
-    if target is not None:
-        target, tokenizer = _target(target, tokenizer, config)
-        if drafts is None and config.method == "sd" and not (config.chain or config.select):
-            drafts = [(NGRAM_DRAFT, NGRAM_DRAFT)]  # the preset's drafts belong to the preset's target
-    return config, {"target": target, "tokenizer": tokenizer, "drafts": drafts}
-
-
-def _draft_name(draft: Any, index: int) -> str:
-    if _is_model(draft):
-        return _loaded(draft, f"draft-{index}").name
-    if not isinstance(draft, str | Path):
-        raise ConfigError(f"draft must be a name, a hub id, a directory or a loaded model, got {type(draft).__name__}")
-    return str(draft)
-
-
-def _target(target: Any, tokenizer: Any, config: DecodeConfig) -> tuple[LoadedModel, Any]:
-    if _is_model(target):
-        if tokenizer is None:
-            raise ConfigError("a loaded target model needs its tokenizer: speculate(..., target=model, tokenizer=tokenizer)")
-        return _loaded(target, "target"), tokenizer
-    if not isinstance(target, str | Path):
-        raise ConfigError(f"target must be a preset, a hub id, a directory or a loaded model, got {type(target).__name__}")
-    source = str(target)
-    return bank().model(source, Path(source).name, target_dtype(config.dtype)), tokenizer or bank().tokenizer(source)
-
-
-def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, **settings: Any) -> Iterator[StepEvent]:
-    """Decode ``prompt`` and yield one :class:`~specviz.core.record.StepEvent` per step (see :func:`speculate`)."""
-    with _api_names():
-        config, models = _inputs(target, draft, tokenizer, settings)
-        return prepare(config, prompt, bank(), **models).events()
-
-
-def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, baseline: bool = False,
-              **settings: Any) -> Trace:
-    """Decode ``prompt`` and return its :class:`Trace`.
-
-    ``target``: a preset name, hub id, local directory or loaded transformers model (then pass its ``tokenizer``);
-    None is the preset's target. ``draft``: a draft name of the preset, ``"ngram"``, a feature-head directory, a hub
-    id, a local directory, a loaded model, or a list of them (the engine picks one per step). ``baseline``: also
-    decode autoregressively on the same target with the same sampling settings, for the speedup (any method).
-    ``settings``: DecodeConfig's names (gamma, gamma_policy, accept, judge_threshold, chain, select, temperature,
-    top_p, seed, max_new_tokens, chat=True, method…)."""
-    with _api_names():
-        config, models = _inputs(target, draft, tokenizer, settings)
-        run = prepare(config, prompt, bank(), **models)
-    trace = trace_of(prompt, run.plan, list(run.events()))
-    if baseline:
-        with _api_names():
-            ar = prepare(baseline_config(config), prompt, bank(), target=models["target"], tokenizer=models["tokenizer"])
-        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()))
-    return trace
 
 
 def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent]) -> Trace:
