@@ -72,9 +72,10 @@ def test_junk_items_label_the_junk_token_with_the_offline_tokenizer(bank):
 
     from specviz.models.presets import OFFLINE_PRESET, resolve_preset
     from specviz.training import judge_data as jd
+    from specviz.training import judge_junk as jj
 
     tok = bank.tokenizer(resolve_preset(OFFLINE_PRESET).target)
-    specials = {tok.convert_tokens_to_ids(s) for s in jd.SPECIALS}
+    specials = {tok.convert_tokens_to_ids(s) for s in jj.SPECIALS}
     assert specials == {tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")} and len(specials) == 2
     rows = [json.loads(line) for line in (jd.OUT_DIR / "dataset.jsonl").read_text().splitlines()]
     by_id = {r["id"]: r for r in rows}
@@ -86,7 +87,7 @@ def test_junk_items_label_the_junk_token_with_the_offline_tokenizer(bank):
         base = by_id[r["id"].rsplit("-junk-", 1)[0]]
         k = len(labels) - 1
         assert ids[start:start + k] == tok(base["answer"], add_special_tokens=False).input_ids[:k], r
-        if r["answer"][r["error_at"]:] in jd.SPECIALS:
+        if r["answer"][r["error_at"]:] in jj.SPECIALS:
             assert ids[start + k] in specials, r
 
 

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from specviz.training import judge_data as jd
+from specviz.training import judge_junk as jj
 from specviz.training import judge_questions as jq
 
 KEYS = {"id", "category", "question", "answer", "error_at", "split", "source"}
@@ -193,7 +194,7 @@ def _base(item, items_by_id):
 def test_junk_counts_and_bases(items, real, junk):
     by_id = {i["id"]: i for i in items}
     families = Counter(i["id"].rsplit("-junk-", 1)[1] for i in junk)
-    assert families == {f: round(share * len(real)) for f, share in jd.JUNK.items()}
+    assert families == {f: round(share * len(real)) for f, share in jj.JUNK.items()}
     assert len({(i["question"], i["answer"]) for i in junk}) == len(junk)
     for i in junk:
         base, _ = _base(i, by_id)
@@ -207,9 +208,9 @@ def test_junk_counts_and_bases(items, real, junk):
 def _junk_fits(family, prefix, tail, at, cut, answer, q):
     """``tail`` is junk of ``family`` after ``prefix`` (a cut of ``answer``) with the error at ``at``."""
     if family == "newline":
-        return tail.startswith("\n") and at == len(prefix) and jd._newline_junk(prefix, answer)
+        return tail.startswith("\n") and at == len(prefix) and jj._newline_junk(prefix, answer)
     if family == "eos":
-        return tail in jd.SPECIALS and at == len(prefix) and not jd._complete(prefix, answer, q)
+        return tail in jj.SPECIALS and at == len(prefix) and not jj._complete(prefix, answer, q)
     if family == "draft":
         _, true, draft_id, piece, fits = cut
         return tail == piece and draft_id != true and fits and bool(piece.strip()) and not piece.startswith("<|")
@@ -241,13 +242,13 @@ def test_draft_cache_covers_every_correct_answer(real, proposals):
 def test_junk_rules():
     q = jq.Question("arithmetic", "What is 6 × 7?", ("The answer is {r}.",), {"r": 42}, (), ("42",))
     answer = "The answer is 42. Let me know!"
-    assert not jd._complete("The answer is 4", answer, q) and jd._complete("The answer is 42", answer, q)
+    assert not jj._complete("The answer is 4", answer, q) and jj._complete("The answer is 42", answer, q)
     code = jq.Question("code", "f", ("x",), {}, ())
-    assert not jd._complete("```python\ndef f", "```python\ndef f():\n```\nDone.", code)
-    assert jd._complete("```python\ndef f():\n```", "```python\ndef f():\n```\nDone.", code)
-    assert jd._newline_junk("", answer) and jd._newline_junk("The answer", answer)
-    assert not jd._newline_junk("The answer is 42.", answer) and not jd._newline_junk("Here:", "Here:\n1. a")
-    assert not jd._newline_junk("- Tennis", "- Tennis\n- Golf")
+    assert not jj._complete("```python\ndef f", "```python\ndef f():\n```\nDone.", code)
+    assert jj._complete("```python\ndef f():\n```", "```python\ndef f():\n```\nDone.", code)
+    assert jj._newline_junk("", answer) and jj._newline_junk("The answer", answer)
+    assert not jj._newline_junk("The answer is 42.", answer) and not jj._newline_junk("Here:", "Here:\n1. a")
+    assert not jj._newline_junk("- Tennis", "- Tennis\n- Golf")
     texts = [answer, "The answer is 42."]
     assert jd._continues(texts, "The answer is ", "4") and jd._continues(texts, "The", " answer")
     assert not jd._continues(texts, "The answer", " the")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specviz.models.loaded import LoadedModel
-from specviz.training import distill_data
+from specviz.training import distill_data, draft_vocab
 from specviz.training import drafts as train
 from specviz.training.distill_data import build_instructions, load_data, split_heldout
 from specviz.training.drafts import _batches, _collate, distill_loss, evaluate_draft, make_draft
@@ -255,25 +255,25 @@ def test_fit_end_to_end_with_a_tiny_target(tmp_path, monkeypatch, teacher, teach
 
 def test_rank_tokens_orders_ids_by_top_k_probability_mass():
     items = [row([1], [5, 6], [[5, 2], [6, 5]], [[0.5, 0.25], [0.5, 0.25]]), row([1], [7], [[7, 2]], [[0.875, 0.125]])]
-    assert train.rank_tokens(items) == [7, 5, 6, 2]  # mass 0.875, 0.75, 0.5, 0.375; id 0 and others never appear
+    assert draft_vocab.rank_tokens(items) == [7, 5, 6, 2]  # mass 0.875, 0.75, 0.5, 0.375; id 0 and others never appear
 
 
 def test_draft_vocab_is_ranked_without_the_held_out_answers_and_reports_their_coverage(tmp_path, monkeypatch, teacher_data):
     from specviz.models.loading import read_draft_vocab
 
     _write_shards(tmp_path / "data", teacher_data, per_shard=8)
-    monkeypatch.setattr(train, "load_tokenizer", lambda source: SimpleNamespace(pad_token_id=0, decode=lambda ids, **kw: ""))
+    monkeypatch.setattr(draft_vocab, "load_tokenizer", lambda source: SimpleNamespace(pad_token_id=0, decode=lambda ids, **kw: ""))
     outs = [tmp_path / "a", tmp_path / "b"]
     for out in outs:
         out.mkdir()
-    report = train.write_draft_vocab(tmp_path / "data", outs, size=10)
+    report = draft_vocab.write_draft_vocab(tmp_path / "data", outs, size=10)
     held, rest = teacher_data[:8], teacher_data[8:]
-    chosen = train.rank_tokens(rest)[:10]
+    chosen = draft_vocab.rank_tokens(rest)[:10]
     held_tokens = [t for _, a, _, _ in held for t in a.tolist()]
     assert report["heldout_coverage"] == pytest.approx(sum(t in chosen for t in held_tokens) / len(held_tokens))
     assert read_draft_vocab(outs[0]) == read_draft_vocab(outs[1]) == sorted(chosen)
     with pytest.raises(SystemExit, match="distinct tokens"):
-        train.write_draft_vocab(tmp_path / "data", outs, size=10_000)
+        draft_vocab.write_draft_vocab(tmp_path / "data", outs, size=10_000)
 
 
 # ---- build_instructions ---------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ from specviz.methods.feature_head import FeatureHead, dequantize, load_head, qua
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.presets import GGUF_SOURCE
 from specviz.training.distill_data import load_data, split_heldout, without_evaluation_prompts
-from specviz.training.drafts import _trainer, rank_tokens
+from specviz.training.draft_vocab import rank_tokens
+from specviz.training.drafts import _trainer
 
 
 def sequences(items: list, max_len: int) -> list[tuple[np.ndarray, int]]:
