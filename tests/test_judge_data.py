@@ -250,16 +250,16 @@ def test_junk_rules():
     assert not jj._newline_junk("The answer is 42.", answer) and not jj._newline_junk("Here:", "Here:\n1. a")
     assert not jj._newline_junk("- Tennis", "- Tennis\n- Golf")
     texts = [answer, "The answer is 42."]
-    assert jd._continues(texts, "The answer is ", "4") and jd._continues(texts, "The", " answer")
-    assert not jd._continues(texts, "The answer", " the")
+    assert jj._continues(texts, "The answer is ", "4") and jj._continues(texts, "The", " answer")
+    assert not jj._continues(texts, "The answer", " the")
     cut = lambda piece, true=0, fits=True: [0, true, 7, piece, fits]  # noqa: E731
-    assert jd._draft_junk("The answer", answer, q, texts, cut(" the")) == " the"
-    assert jd._draft_junk("The answer is 4", answer, q, texts, cut(".")) == "."  # cuts the number short
-    assert jd._draft_junk("The answer is 42", answer, q, texts, cut(",")) is None  # after the answer: may be fine
-    assert jd._draft_junk("The answer", answer, q, texts, cut("\n")) is None  # the newline family's job
-    assert jd._draft_junk("The answer", answer, q, texts, cut("<|im_end|>")) is None  # the eos family's job
-    assert jd._draft_junk("The answer", answer, q, texts, cut(" the", fits=False)) is None
-    assert jd._draft_junk("The answer", answer, q, texts, cut(" the", true=7)) is None
+    assert jj._draft_junk("The answer", answer, q, texts, cut(" the")) == " the"
+    assert jj._draft_junk("The answer is 4", answer, q, texts, cut(".")) == "."  # cuts the number short
+    assert jj._draft_junk("The answer is 42", answer, q, texts, cut(",")) is None  # after the answer: may be fine
+    assert jj._draft_junk("The answer", answer, q, texts, cut("\n")) is None  # the newline family's job
+    assert jj._draft_junk("The answer", answer, q, texts, cut("<|im_end|>")) is None  # the eos family's job
+    assert jj._draft_junk("The answer", answer, q, texts, cut(" the", fits=False)) is None
+    assert jj._draft_junk("The answer", answer, q, texts, cut(" the", true=7)) is None
 
 
 def test_build_is_deterministic_and_matches_the_committed_files(tmp_path, monkeypatch):
