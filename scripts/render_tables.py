@@ -24,6 +24,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_steps import benchmark_steps, made_by  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from specviz.bench.report import MODEL_TOLERANCE, model_error  # noqa: E402
+
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NAN = float("nan")
 NUMBERS = ("new_tokens", "wall_s", "tokens_per_s", "speedup", "mean_accept_len", "accept_rate", "draft_ms", "verify_ms",
@@ -82,11 +85,6 @@ def theory_errors(rs: list[dict]) -> list[float]:
     return [100 * abs(r["predicted_tokens_per_s"] / r["decode_tokens_per_s"] - 1) for r in rs]
 
 
-def model_errors(rs: list[dict]) -> list[float]:
-    """Per prompt: the measured speedup over the cost model's prediction, minus 1."""
-    return [r["speedup"] / r["model_speedup"] - 1 for r in rs]
-
-
 def accuracy(rs: list[dict]) -> float:
     return 100 * statistics.mean(r["correct"] for r in rs)
 
@@ -116,8 +114,9 @@ COLUMNS = {
                    "{:.2f}×"),
     "accuracy": ("accuracy %", lambda rs, ref: accuracy(rs), "{:.1f}"),
     "model": ("cost model's speedup (median)", lambda rs, ref: statistics.median(r["model_speedup"] for r in rs), "{:.2f}×"),
-    "model_error": ("measured ÷ predicted − 1 (median)", lambda rs, ref: 100 * statistics.median(model_errors(rs)), "{:+.1f} %"),
-    "model_within": ("prompts within 15 %", lambda rs, ref: f"{sum(abs(e) <= 0.15 for e in model_errors(rs))}/{len(rs)}", "{}"),
+    "model_error": ("measured ÷ predicted − 1 (median)", lambda rs, ref: 100 * statistics.median(map(model_error, rs)), "{:+.1f} %"),
+    "model_within": (f"prompts within {MODEL_TOLERANCE:.0%}".replace("%", " %"),
+                     lambda rs, ref: f"{sum(abs(model_error(r)) <= MODEL_TOLERANCE for r in rs)}/{len(rs)}", "{}"),
     "delta": ("Δ accuracy vs {ref} (points)", lambda rs, ref: accuracy(rs) - accuracy(ref), "{:+.1f}"),
     "loglik": ("target log-lik / token", lambda rs, ref: mean(r["target_logprob"] for r in rs), "{:.2f}"),
 }

@@ -26,7 +26,16 @@ def theory_columns(theory: dict | None) -> dict:
             "decode_tokens_per_s": round(theory["measured_tokens_per_s"] or float("nan"), 3), "levels": json.dumps(levels)}
 
 
-def model_table(rows: list[dict], labels: list[str], tolerance: float = 0.15) -> list[dict]:
+MODEL_TOLERANCE = 0.15
+"""How far a prompt's measured speedup may be from the cost model's prediction and still count as predicted."""
+
+
+def model_error(row: dict) -> float:
+    """A row's measured speedup over the cost model's prediction, minus 1."""
+    return row["speedup"] / row["model_speedup"] - 1
+
+
+def model_table(rows: list[dict], labels: list[str], tolerance: float = MODEL_TOLERANCE) -> list[dict]:
     """Per speculative configuration: the cost model's predicted speedup against the measured one (medians over
     prompts), the median per-prompt error and the share of prompts whose measured speedup is within ``tolerance``."""
     out = []
@@ -34,7 +43,7 @@ def model_table(rows: list[dict], labels: list[str], tolerance: float = 0.15) ->
         rs = [r for r in rows if r["config"] == label and r.get("model_speedup", float("nan")) == r.get("model_speedup")]
         if not rs:
             continue
-        errors = [r["speedup"] / r["model_speedup"] - 1 for r in rs]
+        errors = [model_error(r) for r in rs]
         out.append({"config": label, "predicted speedup": statistics.median(r["model_speedup"] for r in rs),
                     "measured speedup": statistics.median(r["speedup"] for r in rs),
                     "median error %": 100 * statistics.median(errors),

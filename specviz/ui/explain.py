@@ -28,11 +28,10 @@ the engine's own overhead, so measured points sit a little below their predictio
 """
 
 
-def verify_cost(session: dict | None) -> VerifyCost:
-    """r(k) for the curves: the last run's own T(k)/T(1) where it has an AR baseline (between and beyond the row counts
-    it fed, as :class:`VerifyCost` extends them), else the committed profile."""
+def verify_cost(prediction: dict | None) -> VerifyCost:
+    """r(k) for the curves: the last run's own T(k)/T(1) (its :func:`run_prediction`) where it has an AR baseline
+    (between and beyond the row counts it fed, as :class:`VerifyCost` extends them), else the committed profile."""
     profile = VerifyCost.load()
-    prediction = run_prediction(session)
     if prediction and prediction["verify_source"] != profile.source:
         return VerifyCost({k: r for k, r in prediction["verify_ratio"].items() if k > 1}, prediction["verify_source"])
     return profile
@@ -48,11 +47,10 @@ def run_prediction(session: dict | None) -> dict | None:
     return predict_run(last["events"], t1)
 
 
-def measured_from(session: dict | None) -> charts.Measured | None:
-    """α, c, mean γ, tokens per step, speedup and the predicted speedup of the last speculative Explore run (None if
-    there is none)."""
+def measured_from(session: dict | None, prediction: dict | None) -> charts.Measured | None:
+    """α, c, mean γ, tokens per step, speedup and the predicted speedup (``prediction``: its :func:`run_prediction`) of
+    the last speculative Explore run (None if there is none)."""
     last = ensure_session(session).get("last")
-    prediction = run_prediction(session)
     if prediction is None:
         return None
     m, tree = last["metrics"], bool(last["config"].get("tree_nodes"))
@@ -130,11 +128,12 @@ def theory_figure_of(session: dict | None):
 def explain_update(alpha: float, c: float, gamma_max: float, session: dict | None) -> tuple:
     """Plot, numbers and the polybasic section for the slider values (and the last run, when there is one)."""
     try:
-        measured, verify = measured_from(session), verify_cost(session)
+        prediction = run_prediction(session)
+        measured, verify = measured_from(session, prediction), verify_cost(prediction)
         gmax = max(1, int(gamma_max or 1))
         a, cost = min(max(float(alpha), 0.0), 0.999), max(float(c), 0.0)
         return (charts.theory_figure(a, cost, gmax, measured, verify),
-                summary_markdown(a, cost, gmax, measured, verify, run_prediction(session)), theory_html(session),
+                summary_markdown(a, cost, gmax, measured, verify, prediction), theory_html(session),
                 theory_figure_of(session))
     except Exception as exc:  # a plot must never take the page down
         return gr.skip(), f"⚠ could not draw the plot: {exc}", gr.skip(), gr.skip()
@@ -142,7 +141,7 @@ def explain_update(alpha: float, c: float, gamma_max: float, session: dict | Non
 
 def use_measured(session: dict | None) -> tuple:
     """Move the sliders to the last run's α and c."""
-    m = measured_from(session)
+    m = measured_from(session, run_prediction(session))
     if m is None:
         gr.Info("No speculative Explore run yet: run one first.")
         return gr.skip(), gr.skip()

@@ -61,7 +61,7 @@ def test_theory_formula_matches_the_design():
 
 def test_explain_uses_only_real_measurements():
     session = new_session()
-    assert measured_from(session) is None and "none yet" in summary_markdown(0.7, 0.05, 12, None)
+    assert measured_from(session, run_prediction(session)) is None and "none yet" in summary_markdown(0.7, 0.05, 12, None)
     assert "Run something in the Explore tab" in theory_html(session)
     steps = [{"gamma": 4, "draft_ids": [1] * 4, "accepted": k, "tree": None, "draft_ms": 2.0, "verify_ms": 55.0} for k in (4, 1, 0)]
     session["last"] = {"config": {"method": "sd", "gamma": 4}, "run": 3, "speedup": 1.3, "theory": None,
@@ -69,12 +69,13 @@ def test_explain_uses_only_real_measurements():
                        "metrics": {"drafted": 12, "accept_rate": 5 / 12, "draft_ms": 6.0, "verify_ms": 200.0, "target_forwards": 4,
                                    "mean_accept_len": 2.0},
                        "ar": {"metrics": {"verify_ms": 500.0, "target_forwards": 10}}}
-    m, prediction = measured_from(session), run_prediction(session)
+    prediction = run_prediction(session)
+    m = measured_from(session, prediction)
     assert (m.alpha, m.c, m.gamma, m.speedup) == (5 / 7, pytest.approx(6.0 / 12 / 50), 3, 1.3)  # α: 5 accepted, 2 rejections
     assert prediction["verify_ratio"] == {1: pytest.approx(0.7), 5: pytest.approx(1.1)} and m.predicted == prediction["predicted_speedup"]
-    shown = summary_markdown(0.7, 0.05, 12, m, verify_cost(session), prediction)
+    shown = summary_markdown(0.7, 0.05, 12, m, verify_cost(prediction), prediction)
     assert "run #3" in shown and f"predicted **{m.predicted:.2f}×**" in shown and "r(5) = 1.10" in shown
-    assert verify_cost(session)(5) == pytest.approx(1.1) and verify_cost(session)(3) == pytest.approx(1.05)  # the run's own r(k)
+    assert verify_cost(prediction)(5) == pytest.approx(1.1) and verify_cost(prediction)(3) == pytest.approx(1.05)  # the run's own r(k)
     session["last"]["theory"] = chain_theory()
     shown = theory_html(session)
     assert "Run #3" in shown and "Lemma 3.1 predicts" in shown and "Theorem 3.2" in shown and "Theorem 3.3" in shown
