@@ -133,9 +133,13 @@ class Drafter:
         tree, q = grow_tree(self.expander(tokens, sampler), shape, nodes, depth, sampler)
         return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
 
+    def _watch(self) -> Stopwatch:
+        """The stopwatch of this drafter's device (a model-free drafter times on the CPU)."""
+        return self.models[0].times.watch if self.models else Stopwatch(torch.device("cpu"))
+
     def _started(self) -> tuple[Stopwatch, Mark, int]:
-        """The stopwatch of this drafter's device, a mark and the forwards so far: the start of a proposal's work."""
-        watch = self.models[0].times.watch if self.models else Stopwatch(torch.device("cpu"))
+        """The stopwatch, a mark and the forwards so far: the start of a proposal's work."""
+        watch = self._watch()
         return watch, watch.mark(), sum(m.forwards for m in self.models)
 
     def _work(self, watch: Stopwatch, start: Mark, forwards: int) -> LevelWork:
@@ -165,7 +169,7 @@ class Drafter:
 
     def blank_levels(self) -> list[LevelWork]:
         """Empty per-level work, top first, in the shape ``propose`` reports it."""
-        return [LevelWork(self.name, "draft", self._started()[0])]
+        return [LevelWork(self.name, "draft", self._watch())]
 
 
 @DRAFTERS.register("A small causal LM sharing the target's tokenizer, drafting token by token.", ("full_draft_vocab",), name="model")

@@ -237,7 +237,7 @@ class Recorder:
 
 def stopped_below(verdict: Verdict, draft: Draft, emitted: int) -> set[int]:
     """The drafts a stop token among the accepted ones cut off (a chain's later positions, a tree's stop node's
-    subtree): a step that emitted no more tokens than its accepted drafts ended there. None for any other step."""
+    subtree): a step that emitted no more tokens than its accepted drafts ended there. Empty for any other step."""
     if emitted > verdict.accepted:
         return set()
     stop, below = verdict.path[emitted - 1], set()
