@@ -47,6 +47,7 @@ from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead  # noqa: E402
 from specviz.models.backends import cached_model  # noqa: E402
+from specviz.models.backends.graphs import cuda_capture  # noqa: E402
 from specviz.models.loaded import LoadedModel  # noqa: E402
 from specviz.models.loading import load_model  # noqa: E402
 from tests.eagle3_heads import reference_drafts, tiny_target_dir, write_head  # noqa: E402
@@ -179,7 +180,8 @@ def exactness_eagle3(n: int) -> None:
             for ids in prompts(3, 512, lengths=(8, 30, 90)):
                 for gamma in (1, 3, 6):
                     cached = cached_model(lm, capacity=len(ids) + n + 1, graphs=GRAPHS, taps=head.taps)
-                    events = list(decode(cached, ids, drafters=[Eagle3Drafter(head, cached)], policy=LengthPolicy(gamma), max_new_tokens=n))
+                    drafter = Eagle3Drafter(head, cached, capacity=cached.storage.stack.capacity, capture=cuda_capture if GRAPHS else None)
+                    events = list(decode(cached, ids, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n))
                     matched += emitted(events) == generate(lm, ids, n)
                     tokens = list(ids)
                     for e in events[:6]:
@@ -268,24 +270,30 @@ def verify_cost(target: LoadedModel, context: int = 512, reps: int = 10, fed: tu
 
 @guarded("8B speculative step")
 def speculative_split(target: LoadedModel, n: int) -> None:
+    """The EAGLE-3 head's draft / verify / overhead split per step, its forwards eager (growing head cache) against recorded
+    as graphs (fixed-capacity head cache, one graph per fed size), chains and a dynamic tree."""
     with tempfile.TemporaryDirectory() as tmp:
         head_path = write_head(Path(tmp) / "head", target.model.config, draft_ids=list(range(32000)), std=0.02, dtype=torch.bfloat16,
                                device=DEVICE)
         head = load_eagle3(head_path, target.model)
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
+    capacity = len(prompt) + n + 1 + MAX_TREE_NODES
     for gamma, tree in ((3, CHAIN), (6, CHAIN), (16, TreeShape(4, "dynamic"))):
-        runs = []
-        for _ in range(2):  # the first run captures the graphs
-            cached = cached_model(target, capacity=len(prompt) + n + 1 + MAX_TREE_NODES, graphs=GRAPHS, taps=head.taps)
-            runs.append(list(decode(cached, prompt, drafters=[Eagle3Drafter(head, cached)], policy=LengthPolicy(gamma), max_new_tokens=n,
-                                    tree=tree)))
-        steps = [e for e in runs[-1][1:] if e.draft_ids]
-        split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
-        shape = f"dynamic tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
-        record("8B speculative step", f"EAGLE-3 head {shape}: draft / verify / overhead / total per step",
-               " / ".join(f"{v:.2f}" for v in split.values()), "ms",
-               f"median over {len(steps)} steps; accepted {sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} "
-               "drafts (random head)")
+        for head_graphs in sorted({False, GRAPHS}):
+            runs = []
+            for _ in range(2):  # the first run records the graphs
+                cached = cached_model(target, capacity=capacity, graphs=GRAPHS, taps=head.taps)
+                drafter = Eagle3Drafter(head, cached, capacity=capacity if head_graphs else None,
+                                        capture=cuda_capture if head_graphs else None)
+                runs.append(list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree)))
+            steps = [e for e in runs[-1][1:] if e.draft_ids]
+            split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
+            shape = f"dynamic tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
+            mode = "head as graphs" if head_graphs else "head eager"
+            record("8B speculative step", f"EAGLE-3 head {shape}, {mode}: draft / verify / overhead / total per step",
+                   " / ".join(f"{v:.2f}" for v in split.values()), "ms",
+                   f"median over {len(steps)} steps; drafting {split['draft_ms'] / split['verify_ms']:.3f} of the verify; accepted "
+                   f"{sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} drafts (random head)")
 
 
 def accepted_pair(target: LoadedModel, keep: int = 4, damping: float = 0.02) -> tuple[LoadedModel, LoadedModel]:
@@ -352,6 +360,110 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         record("8B accepted draft", f"SD {label}: realized speedup over the engine's AR", round(speedup, 2), "×", note)
 
 
+WORKER_WAYS = ("eager (static shapes)", "graphs recorded in the call", "graphs kept from the worker's last call")
+
+
+def worker_calls(conn, n: int, tokens: list[int]) -> None:
+    """A forked process, as ZeroGPU runs each ``@spaces.GPU`` call: CUDA starts here, never in the parent. It builds the
+    8B-shape target on the GPU (ZeroGPU copies the weights in before a call starts: the same for every way, so not timed),
+    runs a 2-token eager decode (the worker's first cuBLAS and kernel loads, which every way pays), then one call per way,
+    each decoding ``n`` tokens after ``tokens`` and timed whole, recording included; sends (way, seconds, emitted ids)."""
+    try:
+        target = random_model(QWEN3_8B, "qwen3", torch.bfloat16)
+        capacity = len(tokens) + n + 1 + MAX_TREE_NODES
+        list(decode(cached_model(target, capacity=capacity), tokens, max_new_tokens=2))
+        kept = cached_model(target, capacity=capacity, graphs=GRAPHS)
+        list(decode(kept, [7] + tokens[1:], max_new_tokens=n))  # an earlier call of this worker, on another prompt
+        makers = {WORKER_WAYS[0]: lambda: cached_model(target, capacity=capacity),
+                  WORKER_WAYS[1]: lambda: cached_model(target, capacity=capacity, graphs=GRAPHS),
+                  WORKER_WAYS[2]: lambda: kept}
+        for way, make in makers.items():
+            box: list = []
+            made: list = []
+            seconds = timed(lambda make=make, box=box, made=made: box.extend(decode(made.append(make()) or made[0], tokens,
+                                                                                   max_new_tokens=n)))
+            graphs = made[0].storage.stack.graphs
+            conn.send((way, seconds, emitted(box), graphs.failure if graphs else None))
+    except Exception as exc:  # the parent records it
+        conn.send(("error", 0.0, [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"))
+    conn.close()
+
+
+@guarded("ZeroGPU worker")
+def zerogpu_worker(lengths: tuple[int, ...]) -> None:
+    """The three ways a hosted call can run its forwards, each in a forked worker per length (see :func:`worker_calls`).
+    Must run before anything in this process touches CUDA: a forked child cannot use a CUDA context made before the fork."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    tokens = prompts(1, QWEN3_8B["vocab_size"], lengths=(128,))[0]
+    for n in lengths:
+        parent, child = context.Pipe()
+        worker = context.Process(target=worker_calls, args=(child, n, tokens))
+        worker.start()
+        results = {}
+        while worker.is_alive() or parent.poll():
+            if parent.poll(1.0):
+                way, seconds, ids, failure = parent.recv()
+                if way == "error":
+                    record("ZeroGPU worker", f"{n} tokens: error", failure)
+                    break
+                results[way] = (seconds, ids, failure)
+                if len(results) == len(WORKER_WAYS):
+                    break
+        worker.join(60)
+        eager = results.get(WORKER_WAYS[0])
+        for way, (seconds, ids, failure) in results.items():
+            note = f"{len(ids)} tokens after a {len(tokens)}-token prompt, prefill and any recording included"
+            if eager and way != WORKER_WAYS[0]:
+                note += f"; {eager[0] / seconds:.2f}× eager; tokens {'equal to' if ids == eager[1] else 'NOT equal to'} eager's"
+            if failure:
+                note += f"; recording refused, ran eager: {failure}"
+            record("ZeroGPU worker", f"{n} tokens: {way}", round(len(ids) / seconds, 1), "tok/s", note)
+
+
+@guarded("8B AR profile")
+def ar_profile(target: LoadedModel, steps: int = 16) -> None:
+    """Where one AR step's time goes: the GPU kernels of ``steps`` steps by kind (torch profiler, graphs off, so every
+    kernel is seen), and with graphs the GPU's busy share of the wall time (the rest: launches and the host's loop)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
+    kinds = {"GEMM (linear layers, LM head)": ("gemm", "gemv", "cutlass", "cublas", "sm90_xmma", "nvjet", "splitk"),
+             "attention": ("flash", "fmha", "attention", "softmax"),
+             "copies and indexing": ("copy", "index", "cat", "fill", "memcpy", "memset"),
+             "reductions (norms)": ("reduce", "mean", "norm"),
+             "elementwise (rotary, SiLU, residual, casts)": ("elementwise", "vectorized", "unrolled")}
+    for graphs in sorted({False, GRAPHS}):
+        cached = cached_model(target, capacity=len(prompt) + steps + 8, graphs=graphs)
+        list(decode(cached, prompt, max_new_tokens=steps))  # records any graphs
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+        with profile(activities=activities) as prof:
+            wall = timed(lambda cached=cached: list(decode(cached, [3] + prompt[1:], max_new_tokens=steps)))
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        busy = sum(e.device_time_total for e in events) / 1e3  # µs → ms
+        mode = f"graphs {'on' if graphs else 'off'}"
+        record("8B AR profile", f"{mode}: wall / GPU busy per step (prefill included)", f"{1e3 * wall / steps:.2f} / {busy / steps:.2f}",
+               "ms",
+               f"{steps} steps after a {len(prompt)}-token prompt; GPU busy {busy / (1e3 * wall):.0%} of the wall")
+        if graphs or not events:
+            continue
+        by_kind = {k: 0.0 for k in kinds} | {"other": 0.0}
+        for e in events:
+            name = e.name.lower()
+            by_kind[next((k for k, keys in kinds.items() if any(x in name for x in keys)), "other")] += e.device_time_total / 1e3
+        record("8B AR profile", f"{mode}: GPU ms per step by kernel kind", "; ".join(f"{k} {v / steps:.2f}" for k, v in by_kind.items()),
+               "ms",
+               f"{len(events) / steps:.0f} kernels per step")
+        top = sorted(events, key=lambda e: -e.device_time_total)
+        totals: dict[str, float] = {}
+        for e in top:
+            totals[e.name[:60]] = totals.get(e.name[:60], 0.0) + e.device_time_total / 1e3
+        record("8B AR profile", f"{mode}: the 5 costliest kernels, ms per step",
+               "; ".join(f"{k} {v / steps:.2f}" for k, v in sorted(totals.items(), key=lambda kv: -kv[1])[:5]), "ms")
+
+
 def device_name() -> str:
     return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu smoke run"
 
@@ -388,7 +500,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "cuda")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--test-seconds", type=int, default=230)
+    ap.add_argument("--test-seconds", type=int, default=150)
+    ap.add_argument("--worker-tokens", type=int, nargs="+", default=[32, 64, 512], help="tokens per call in the worker section")
     ap.add_argument("--smoke", action="store_true", help="try the script on the CPU with tiny shapes (no graphs, no tests)")
     a = ap.parse_args()
     global DEVICE, GRAPHS, QWEN3_8B, SMOLLM2_135M
@@ -400,10 +513,11 @@ def main() -> None:
     started = time.perf_counter()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    total = f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB" if DEVICE == "cuda" else ""
-    record("machine", "gpu", device_name(), "", total)
+    zerogpu_worker(tuple(a.worker_tokens) if not a.smoke else (8,))  # first: the fork must come before this process touches CUDA
     if not a.smoke:
         cuda_tests(a.test_seconds)
+    total = f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB" if DEVICE == "cuda" else ""
+    record("machine", "gpu", device_name(), "", total)
     exactness_135m(48)
     exactness_eagle3(40)
     if DEVICE == "cuda":
@@ -411,6 +525,7 @@ def main() -> None:
     bandwidth()
     target = random_model(QWEN3_8B, "qwen3", torch.bfloat16)
     ar_8b(target, a.tokens, a.rounds)
+    ar_profile(target)
     verify_cost(target)
     speculative_split(target, 48)
     accepted_draft(target, a.tokens, a.rounds)  # last: it damps the target's later layers

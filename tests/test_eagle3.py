@@ -12,13 +12,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from specviz.core.drafters import CHAIN
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
 from specviz.core.policy import LengthPolicy
 from specviz.core.sampling import Sampler
+from specviz.core.tree import MAX_TREE_NODES, TreeShape
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3
 from specviz.methods.eagle3_format import head_dir
 from specviz.models.backends import cached_model
+from specviz.models.backends.graphs import eager_capture
 from specviz.models.loading import load_model
 from specviz.runtime.prepare import drafter_kind
 
@@ -26,6 +29,7 @@ from .conftest import chi_square_p
 from .eagle3_heads import reference_drafts, tiny_target_dir, write_head
 from .test_acceptance import exact_two_token_joint
 from .test_engine import PROMPTS, reference
+from .test_lean import static_storage
 
 HEADS = {  # name: (target family, write_head options)
     "eagle": ("llama", {}),
@@ -96,6 +100,26 @@ def test_greedy_decoding_with_a_published_head_matches_generate(target_models, h
         out, events = run(lm, drafter_for(lm, heads[name]), prompt, 40, gamma)
         assert out == reference(lm, prompt, 40)
         assert all(len(e.draft_ids) <= gamma for e in events)
+
+
+@pytest.mark.parametrize("tree", [CHAIN, TreeShape(2, "dynamic")])
+def test_a_fixed_capacity_head_recorded_per_fed_size_drafts_as_the_growing_one(target_models, heads, tree):
+    """The head's cache with static shapes, recorded as graphs (the eager stand-in on a CPU: same buffers, same replays),
+    drafts the very tokens of the growing cache, chains and token trees alike, and each fed size is recorded once."""
+    lm = target_models["llama"]
+    head = load_eagle3(heads["eagle"], lm.model)
+    for prompt in PROMPTS:
+        capacity = len(prompt) + 32 + 1 + MAX_TREE_NODES
+        plain = cached_model(lm, taps=head.taps)
+        grown = list(decode(plain, prompt, drafters=[Eagle3Drafter(head, plain)], policy=LengthPolicy(4), max_new_tokens=32, tree=tree))
+        target = static_storage(lm, capacity, graphs=True, taps=head.taps)
+        static = Eagle3Drafter(head, target, capacity=capacity, capture=eager_capture)
+        events = list(decode(target, prompt, drafters=[static], policy=LengthPolicy(4), max_new_tokens=32, tree=tree))
+        assert [(e.draft_ids, e.emitted_ids) for e in events] == [(e.draft_ids, e.emitted_ids) for e in grown]
+        assert [t for e in events for t in e.emitted_ids] == reference(lm, prompt, 32)
+        assert static.graphs.recorded and all(isinstance(t, int) and t >= 1 for t in static.graphs.recorded)
+    with pytest.raises(ValueError, match="graphs need static shapes"):
+        Eagle3Drafter(head, target, capture=eager_capture)
 
 
 @pytest.mark.parametrize("layout", ["eagle", "speculators"])

@@ -218,18 +218,35 @@ def test_a_fixed_capacity_cache_gives_the_growing_caches_logits(graphs):
     stack = static.storage.stack
     assert stack.k.shape[3] == 32 and (stack.graphs is None) != graphs
     if graphs:  # one recording per (fed positions, taps); replays hand out copies, never the graph's own buffers
-        assert set(stack.graphs.recorded) == {(t, (0,)) for t in (20, 1, 5, 2, 3)}
+        assert set(stack.graphs.recorded) == {(t, (0,)) for t in (1, 5, 2, 3)}  # not the 20-token prefill
         out = static.forward(list(range(10)), 1).logits
         again = static.forward(list(range(10)) + [4], 1).logits
         assert not torch.equal(out, again) and out.data_ptr() != again.data_ptr()
 
 
-def test_a_long_feed_such_as_a_prefill_runs_without_a_recording(tiny_draft):
-    static = static_storage(tiny_draft, MAX_GRAPHED_LENGTH + 8, graphs=True)
-    static.forward([3] * (MAX_GRAPHED_LENGTH + 1), 1)
+def test_a_long_feed_and_a_prefill_run_without_a_recording(tiny_draft):
+    static = static_storage(tiny_draft, 2 * MAX_GRAPHED_LENGTH + 8, graphs=True)
+    static.forward([3] * 4, 1)  # a short prefill: from the first slot, once per run
+    static.forward([3] * 4 + [5] * (MAX_GRAPHED_LENGTH + 1), 1)
     assert not static.storage.stack.graphs.recorded
-    static.forward([3] * (MAX_GRAPHED_LENGTH + 2), 1)
+    static.forward([3] * 4 + [5] * (MAX_GRAPHED_LENGTH + 2), 1)
     assert list(static.storage.stack.graphs.recorded) == [(1, ())]
+
+
+def refused_capture(fn):
+    raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+
+
+def test_a_refused_recording_falls_back_to_eager_forwards_with_the_same_tokens(tiny_target, tiny_draft):
+    prompt = [5, 17, 2, 9, 33]
+    capacity = len(prompt) + 24 + 1
+    target = CachedModel(tiny_target, storage=LeanStorage(tiny_target, tiny_target.vocab_size, capacity=capacity, capture=refused_capture))
+    draft = ModelDrafter(static_storage(tiny_draft, capacity, graphs=True))
+    events = list(decode(target, prompt, drafters=[draft], policy=LengthPolicy(4), max_new_tokens=24))
+    assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)
+    graphs = target.storage.stack.graphs
+    assert graphs.failure == "RuntimeError: operation not permitted when stream is capturing" and not graphs.recorded
+    assert draft.model.storage.stack.graphs.recorded and draft.model.storage.stack.graphs.failure is None
 
 
 def test_static_decoding_equals_generate(tiny_target, tiny_draft):

@@ -24,22 +24,34 @@ from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import DRAFTERS
 from specviz.methods.eagle3_format import LAYER_KEYS, WEIGHT_FILES, HeadSpec, head_dir, read_spec, read_weights
 from specviz.methods.state_drafter import StateDrafter
+from specviz.models.backends.graphs import Capture, Graphs, cuda_capture
 from specviz.models.backends.lean import on_vocab, rms_norm, rotate
 
 
 class HeadCache:
-    """One sequence's keys and values in a head's layer (kv heads, positions, head dim); rollback is writing over."""
+    """One sequence's keys and values in a head's layer (kv heads, positions, head dim); rollback is writing over. It
+    grows by doubling, or with a fixed ``capacity`` (as on CUDA) keeps every shape fixed: rows are written at their
+    slots and attention reads every slot under a mask, so the head's forward can be recorded as a graph."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
-    def write(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``k``, ``v`` (kv heads, t, head dim) at positions start..; the keys and values of positions 0..start+t−1."""
-        end = start + k.shape[1]
-        self.k, self.v = grown(self.k, end, k, 1), grown(self.v, end, v, 1)
-        self.k[:, start:end], self.v[:, start:end] = k, v
-        return self.k[:, :end], self.v[:, :end]
+    def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k``, ``v`` (kv heads, t, head dim) at ``slots`` (consecutive, the last end − 1); the keys and values
+        attention reads: slots 0..end−1, or every slot of a fixed capacity (``end`` unread)."""
+        if self.capacity is None:
+            start = end - k.shape[1]
+            self.k, self.v = grown(self.k, end, k, 1), grown(self.v, end, v, 1)
+            self.k[:, start:end], self.v[:, start:end] = k, v
+            return self.k[:, :end], self.v[:, :end]
+        if self.k is None:
+            self.k = k.new_zeros(k.shape[0], self.capacity, k.shape[2])
+            self.v = torch.zeros_like(self.k)
+        self.k.index_copy_(1, slots, k)
+        self.v.index_copy_(1, slots, v)
+        return self.k, self.v
 
 
 class Eagle3Head:
@@ -87,23 +99,20 @@ class Eagle3Head:
         """g: ``fc`` over the tapped states (fed, 3·H_target), concatenated low to high."""
         return F.linear(torch.cat([layers[j - 1] for j in self.hidden_ids], -1).to(self.dtype), self.w["fc.weight"])
 
-    def forward(self, states: torch.Tensor, next_ids: list[int], start: int, cache: HeadCache,
-                rows: TreeRows | None = None) -> torch.Tensor:
-        """Pre-norm outputs h (t, H) at positions start..start+t−1 from the states g (t, H) and the next tokens; their
-        keys and values replace ``cache``'s from ``start`` on. Nodes of a token tree take their positions and mask from
-        ``rows``."""
+    def forward(self, states: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
+                cache: HeadCache, end: int) -> torch.Tensor:
+        """Pre-norm outputs h (t, H) from the states g (t, H) and the next tokens ``ids`` (t,), at rotary ``positions``,
+        written to ``cache`` at ``slots`` (the last end − 1) and attending where ``mask`` (t, the keys ``cache``
+        returns) says. Only tensors vary from call to call under a fixed capacity, so the forward can be recorded."""
         w, t = self.w, states.shape[0]
-        end = start + t
-        emb = rms_norm(F.embedding(torch.tensor(next_ids, device=states.device), self.embed), w["layer.input_layernorm.weight"], self.eps)
+        emb = rms_norm(F.embedding(ids, self.embed), w["layer.input_layernorm.weight"], self.eps)
         normed = rms_norm(states, w["layer.hidden_norm.weight"], self.eps)
         x = torch.cat([emb, normed], -1)
-        positions = torch.arange(start, end, device=x.device) if rows is None else rows.positions.to(x.device)
         cos, sin = self.rotary(x, positions[None])
         q = rotate(F.linear(x, w["layer.self_attn.q_proj.weight"]).view(t, self.heads, self.head_dim).transpose(0, 1), cos, sin)
         k = rotate(F.linear(x, w["layer.self_attn.k_proj.weight"]).view(t, self.kv_heads, self.head_dim).transpose(0, 1), cos, sin)
         v = F.linear(x, w["layer.self_attn.v_proj.weight"]).view(t, self.kv_heads, self.head_dim).transpose(0, 1)
-        keys, values = cache.write(k, v, start)
-        mask = torch.ones(t, end, dtype=torch.bool, device=x.device).tril(start) if rows is None else rows.visible.to(x.device)
+        keys, values = cache.write(k, v, slots, end)
         y = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
         attended = F.linear(y[0].transpose(0, 1).reshape(t, -1), w["layer.self_attn.o_proj.weight"])
         h = (normed if self.norm_before_residual else states) + attended
@@ -151,19 +160,38 @@ class Eagle3Drafter(StateDrafter):
 
     @classmethod
     def from_head(cls, name: str, loaded: Eagle3Head, context) -> Eagle3Drafter:
-        return cls(loaded, context.target, name)
+        return cls(loaded, context.target, name, context.capacity, cuda_capture if context.graphs else None)
 
-    def __init__(self, head: Eagle3Head, target: CachedModel, name: str = "eagle3"):
+    def __init__(self, head: Eagle3Head, target: CachedModel, name: str = "eagle3", capacity: int | None = None,
+                 capture: Capture | None = None):
         if not set(head.taps) <= set(target.taps):
             raise ValueError(f"the EAGLE-3 drafter reads the target's states: build the target with taps={head.taps}")
+        if capture is not None and capacity is None:
+            raise ValueError("graphs need static shapes: give the head a fixed capacity")
         super().__init__(name, target)
-        self.head, self.cache = head, HeadCache()
+        self.head, self.cache = head, HeadCache(capacity)
+        self.graphs = Graphs(self._static, capture) if capture else None
 
     def _state(self, layers: dict[int, torch.Tensor]) -> torch.Tensor:
         return self.head.fuse(layers)
 
     def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
-        return self.head.forward(states, next_ids, start, self.cache, rows)
+        device, t, capacity = states.device, len(next_ids), self.cache.capacity
+        end = start + t
+        if capacity is not None and end > capacity:
+            raise ValueError(f"position {end - 1} is past the EAGLE-3 head cache's fixed capacity of {capacity} positions")
+        ids, slots = torch.tensor(next_ids, device=device), torch.arange(start, end, device=device)
+        positions = slots if rows is None else rows.positions.to(device)
+        keys = end if capacity is None else capacity
+        mask = torch.arange(keys, device=device) <= slots[:, None] if rows is None else F.pad(rows.visible.to(device), (0, keys - end))
+        inputs = (states.to(self.head.dtype), ids, positions, slots, mask)
+        return (self.graphs(t, *inputs) if self.graphs is not None else self._static(t, *inputs))[0]
+
+    def _static(self, t: int, states: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor]:
+        """The head's forward over ``t`` fed rows: under a fixed capacity, every shape depends on ``t`` alone (the key of
+        its graph); the growing cache reads the slots up to the mask's width."""
+        return (self.head.forward(states, ids, positions, slots, mask, self.cache, mask.shape[1]),)
 
     def _logits(self, state: torch.Tensor) -> torch.Tensor:
         return self.head.logits(state, self.target.vocab_size)

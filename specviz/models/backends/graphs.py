@@ -13,8 +13,11 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+from specviz.core.errors import first_line
+
 MAX_GRAPHED_LENGTH = 64
-"""Feeds longer than this (a prefill) run without a graph: they come once per run, so a recording would not pay."""
+"""Feeds longer than this run without a graph, as does a prefill (a feed from the first slot): they come once per run,
+so a recording would not pay."""
 
 Outputs = tuple[torch.Tensor, ...]
 Capture = Callable[[Callable[[], Outputs]], tuple[Callable[[], None], Outputs]]
@@ -47,16 +50,26 @@ def eager_capture(fn: Callable[[], Outputs]) -> tuple[Callable[[], None], Output
 
 
 class Graphs:
-    """``fn(key, *inputs)`` through one recorded graph per ``key``; ``key`` must fix every shape ``fn`` sees."""
+    """``fn(key, *inputs)`` through one recorded graph per ``key``; ``key`` must fix every shape ``fn`` sees.
+
+    A recording that fails (a process whose driver or allocator refuses graphs, as a sandboxed GPU worker may) is not
+    retried: ``failure`` says why, and from then on every call runs ``fn`` eagerly, with the same results."""
 
     def __init__(self, fn: Callable[..., Outputs], capture: Capture = cuda_capture):
         self.fn, self.capture = fn, capture
         self.recorded: dict[Hashable, tuple[Outputs, Callable[[], None], Outputs]] = {}
+        self.failure: str | None = None
 
     def __call__(self, key: Hashable, *inputs: torch.Tensor) -> Outputs:
+        if self.failure is not None:
+            return self.fn(key, *inputs)
         if key not in self.recorded:
             buffers = tuple(x.clone() for x in inputs)
-            replay, out = self.capture(lambda: self.fn(key, *buffers))
+            try:
+                replay, out = self.capture(lambda: self.fn(key, *buffers))
+            except RuntimeError as exc:  # CUDA reports a refused capture as a RuntimeError; anything else is a bug
+                self.failure = f"{type(exc).__name__}: {first_line(exc)[:160]}"
+                return self.fn(key, *inputs)
             self.recorded[key] = buffers, replay, out
         buffers, replay, out = self.recorded[key]
         for buffer, x in zip(buffers, inputs):

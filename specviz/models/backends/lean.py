@@ -157,7 +157,7 @@ class LeanStack:
         if end > self.capacity:
             raise ValueError(f"position {end - 1} is past the KV cache's fixed capacity of {self.capacity} positions")
         mask = self.key_pos <= slots[:, None] if rows is None else F.pad(rows.visible.to(self.device), (0, self.capacity - end))
-        graphed = self.graphs is not None and t <= MAX_GRAPHED_LENGTH
+        graphed = self.graphs is not None and t <= MAX_GRAPHED_LENGTH and start > 0  # a prefill comes once: no recording
         out = self.graphs((t, taps), x, slots, pos, mask) if graphed else self._static((t, taps), x, slots, pos, mask)
         return out[0], dict(zip(taps, out[1:]))
 
