@@ -61,6 +61,7 @@ CUDA_TESTS = ["tests/test_engine.py", "tests/test_lean.py", "tests/test_acceptan
               "tests/test_eagle3.py", "tests/test_tree.py"]
 """The engine's tests that touch the device (the γ policies' arithmetic is left to the CPU run, to keep the call short)."""
 ROWS: list[dict] = []
+SECTIONS = ("worker", "tests", "exactness", "ar", "fused", "costs", "accepted")
 DEVICE, GRAPHS = "cuda", True  # --smoke: the CPU, tiny shapes and no graphs, to try the script before a device call
 
 
@@ -422,6 +423,45 @@ def zerogpu_worker(lengths: tuple[int, ...]) -> None:
             record("ZeroGPU worker", f"{n} tokens: {way}", round(len(ids) / seconds, 1), "tok/s", note)
 
 
+def unfused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The lean forward's RMS norm before it took torch's fused CUDA kernel (transformers' formula, seven kernels)."""
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+@guarded("8B AR before/after")
+def ar_before_after(target: LoadedModel, n: int, rounds: int) -> None:
+    """The engine's AR with graphs, its RMS norms as seven kernels (before) against torch's fused kernel (after), interleaved."""
+    from specviz.models.backends import lean
+
+    first = prompts(1, target.vocab_size, lengths=(128,))[0]
+    capacity = len(first) + n + 1
+    fused = lean.rms_norm
+    ways = {"before: RMS norms as seven kernels": unfused_rms_norm, "after: torch's fused RMS norm": fused}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    outputs: dict[str, list[int]] = {}
+    try:
+        for r in range(rounds + 1):  # round 0 warms up (and records every graph)
+            prompt = [r + 1] + first[1:]
+            for label, norm in ways.items():
+                lean.rms_norm = norm
+                box: list = []
+                seconds = timed(lambda box=box, prompt=prompt: box.extend(decode(cached_model(target, capacity=capacity, graphs=GRAPHS),
+                                                                                 prompt, max_new_tokens=n)))
+                if r:
+                    times[label].append(seconds)
+                    outputs[label] = emitted(box)
+    finally:
+        lean.rms_norm = fused
+    limit = BANDWIDTH[0] / sum(p.numel() * p.element_size() for p in target.model.parameters()) if BANDWIDTH else None
+    for label, ts in times.items():
+        rate = n / statistics.median(ts)
+        record("8B AR before/after", label, round(rate, 1), "tok/s", f"graphs recorded in each run; median of {rounds} interleaved rounds"
+               + (f"; {rate / limit:.2f} of the bandwidth limit" if limit else ""))
+    a, b = outputs.values()
+    record("8B AR before/after", "first difference between the two (bf16 rounding)", first_difference(a, b), "", "None: the same tokens")
+
+
 @guarded("8B AR profile")
 def ar_profile(target: LoadedModel, steps: int = 16) -> None:
     """Where one AR step's time goes: the GPU kernels of ``steps`` steps by kind (torch profiler, graphs off, so every
@@ -501,6 +541,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--test-seconds", type=int, default=150)
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections (default: all)")
     ap.add_argument("--worker-tokens", type=int, nargs="+", default=[32, 64, 512], help="tokens per call in the worker section")
     ap.add_argument("--smoke", action="store_true", help="try the script on the CPU with tiny shapes (no graphs, no tests)")
     a = ap.parse_args()
@@ -513,22 +554,30 @@ def main() -> None:
     started = time.perf_counter()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    zerogpu_worker(tuple(a.worker_tokens) if not a.smoke else (8,))  # first: the fork must come before this process touches CUDA
-    if not a.smoke:
+    run = set(a.only or SECTIONS)
+    if "worker" in run:
+        zerogpu_worker(tuple(a.worker_tokens) if not a.smoke else (8,))  # first: the fork must come before this process touches CUDA
+    if "tests" in run and not a.smoke:
         cuda_tests(a.test_seconds)
     total = f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB" if DEVICE == "cuda" else ""
     record("machine", "gpu", device_name(), "", total)
-    exactness_135m(48)
-    exactness_eagle3(40)
+    if "exactness" in run:
+        exactness_135m(48)
+        exactness_eagle3(40)
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
     bandwidth()
     target = random_model(QWEN3_8B, "qwen3", torch.bfloat16)
-    ar_8b(target, a.tokens, a.rounds)
-    ar_profile(target)
-    verify_cost(target)
-    speculative_split(target, 48)
-    accepted_draft(target, a.tokens, a.rounds)  # last: it damps the target's later layers
+    if "ar" in run:
+        ar_8b(target, a.tokens, a.rounds)
+        ar_profile(target)
+    if "fused" in run:
+        ar_before_after(target, a.tokens, a.rounds)
+    if "costs" in run:
+        verify_cost(target)
+        speculative_split(target, 48)
+    if "accepted" in run:
+        accepted_draft(target, a.tokens, a.rounds)  # last: it damps the target's later layers
     stem = write(a.out, started)
     print(f"wrote {stem}.md and .csv", flush=True)
 
