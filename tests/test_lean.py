@@ -274,6 +274,6 @@ def test_static_shapes_and_graphs_follow_the_device_the_option_and_zerogpu(monke
     config = DecodeConfig(max_new_tokens=20)
     assert static_shapes(config, cuda, 10) == (31, True)
     assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (31, False)
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    assert static_shapes(config, cuda, 10) == (31, False)
-    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="on"), cuda, 10) == (31, True)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # measured: graphs recorded inside each call beat eager forwards there too
+    assert static_shapes(config, cuda, 10) == (31, True)
+    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (31, False)

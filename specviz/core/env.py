@@ -22,8 +22,8 @@ ENV: dict[str, EnvVar] = {
     "SPECVIZ_CACHE": EnvVar("~/.cache/specviz", "where converted models and measured kernel and dtype choices are kept"),
     "PORT": EnvVar("7860", "the app's port (as Spaces and most hosts set it)"),
     "GRADIO_SERVER_PORT": EnvVar("7860", "the app's port where `PORT` is unset"),
-    "SPACES_ZERO_GPU": EnvVar("unset", "set by a ZeroGPU Space: the GPU preset is the default, each decode is a GPU call, "
-                              "`--cuda-graphs auto` is off"),
+    "SPACES_ZERO_GPU": EnvVar("unset", "set by a ZeroGPU Space: the GPU preset is the default, each decode is a GPU call "
+                              "that records its own CUDA graphs"),
     "HF_HUB_OFFLINE": EnvVar("unset", "`1`: never contact the hub; hub ids fail with a one-line error, and the hub preset is "
                              "not the default"),
     "HF_TOKEN": EnvVar("unset", "the hub token a gated preset's target needs"),

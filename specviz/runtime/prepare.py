@@ -13,7 +13,6 @@ from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
 from specviz.core.drafters import CHAIN, Drafter
 from specviz.core.engine import decode
-from specviz.core.env import env_flag
 from specviz.core.errors import ConfigError
 from specviz.core.policy import FirstDraft, LengthPolicy
 from specviz.core.record import StepEvent
@@ -137,22 +136,18 @@ class DraftContext:
                             capacity=self.capacity, graphs=self.graphs)
 
 
-def on_zerogpu() -> bool:
-    """Whether this process is a ZeroGPU Space (the variable and the values the ``spaces`` package reads)."""
-    return env_flag("SPACES_ZERO_GPU")
-
-
 def static_shapes(config: DecodeConfig, device: torch.device, prompt_len: int) -> tuple[int | None, bool]:
     """The fixed KV capacity (positions) of the run's caches, and whether their forwards run as CUDA graphs. On a
     GPU every cache has room for the prompt, every requested token and the largest tree's nodes, so no shape changes while decoding; graphs
-    follow ``--cuda-graphs`` (auto: on a dedicated GPU; off on ZeroGPU, where every call is a fresh process that
-    would record them again). A CPU keeps the growing cache and no graphs."""
+    follow ``--cuda-graphs`` (auto: on, ZeroGPU included: recorded inside each call they still beat eager forwards at every
+    length measured in a forked worker, results/cuda/2026-11-27-nvidia-h100-80gb-hbm3.md; where a worker refuses a
+    recording, the forwards run eagerly, see :class:`~specviz.models.backends.graphs.Graphs`). A CPU keeps the growing
+    cache and no graphs."""
     if device.type != "cuda":
         if config.cuda_graphs == "on":
             raise ConfigError(f"--cuda-graphs on needs a CUDA device; this run's target is on {device.type}")
         return None, False
-    graphs = config.cuda_graphs == "on" or config.cuda_graphs == "auto" and not on_zerogpu()
-    return prompt_len + config.max_new_tokens + 1 + (MAX_TREE_NODES if config.tree_nodes else 0), graphs
+    return prompt_len + config.max_new_tokens + 1 + (MAX_TREE_NODES if config.tree_nodes else 0), config.cuda_graphs != "off"
 
 
 def drafter_kind(source: str | LoadedModel) -> type[Drafter]:
