@@ -1,5 +1,5 @@
 """What makes each file under results/: the steps of ``scripts/run_benchmarks.sh`` (``NAME) COMMAND ;;``, each naming
-its outputs as ``--out results/...``, ``> results/...`` or ``tee results/...``) and its
+its outputs as ``--out PATH``, ``> PATH`` or ``tee PATH`` with PATH under results/ or assets/) and its
 ``# elsewhere: GLOB :: COMMAND [:: NOTE]`` lines for files made another way (a GPU, training, older settings). The
 docs render it and ``tests/test_docs.py`` checks that every results file is covered."""
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_SCRIPT = ROOT / "scripts" / "run_benchmarks.sh"
 STEP = re.compile(r"^\s+([\w-]+)\)\s*(.*?);;", re.M | re.S)
 ELSEWHERE = re.compile(r"^# elsewhere: (\S+) :: (.+?)(?: :: (.+))?$", re.M)
-OUTPUT = re.compile(r"(?:--out\s+|>>?\s*|tee\s+)(results/[\w./-]*\w)")
+OUTPUT = re.compile(r"(?:--out\s+|>>?\s*|tee\s+)((?:results|assets)/[\w./-]*\w)")
 
 
 def benchmark_steps() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
@@ -26,8 +26,16 @@ def benchmark_steps() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
     return steps, ELSEWHERE.findall(text)
 
 
+def default_steps() -> list[str]:
+    """The steps ``scripts/run_benchmarks.sh`` runs when ``STEPS`` is not set."""
+    m = re.search(r'^STEPS=\$\{STEPS:-"([^"]*)"\}', BENCH_SCRIPT.read_text(), re.M)
+    if m is None:
+        raise SystemExit("bench_steps: scripts/run_benchmarks.sh has no default STEPS line")
+    return m[1].split()
+
+
 def outputs(command: str) -> list[str]:
-    """The results paths a step's command writes."""
+    """The paths (under results/ or assets/) a step's command writes."""
     return list(dict.fromkeys(OUTPUT.findall(command)))
 
 

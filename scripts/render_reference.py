@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_steps import benchmark_steps, outputs  # noqa: E402
+from bench_steps import benchmark_steps, default_steps, outputs  # noqa: E402
 from render_tables import PAGES, render_pages  # noqa: E402
 from render_tables import markdown as table  # noqa: E402
 
@@ -209,10 +209,12 @@ def env_table() -> str:
 
 def benchmark_steps_table() -> str:
     steps, elsewhere = benchmark_steps()
-    rows = [[code(f"STEPS={name}"), ", ".join(code(o) for o in outputs(command)) or "–", code(command), ""]
+    default = default_steps()
+    rows = [[code(f"STEPS={name}"), "yes" if name in default else "no", ", ".join(code(o) for o in outputs(command)) or "–",
+             code(command), "rewrites a committed asset" if any(o.startswith("assets/") for o in outputs(command)) else ""]
             for name, command in steps.items()]
-    rows += [["elsewhere", code(glob), code(command), note] for glob, command, note in elsewhere]
-    return (markdown(["step", "writes", "command", "note"], rows)
+    rows += [["elsewhere", "", code(glob), code(command), note] for glob, command, note in elsewhere]
+    return (markdown(["step", "in `make bench-all`", "writes", "command", "note"], rows)
             + "\n\n*Rendered from `scripts/run_benchmarks.sh` (its steps and its `# elsewhere:` lines) by "
               "`scripts/render_reference.py`.*")
 

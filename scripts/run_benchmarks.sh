@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Remakes, on this 2-core CPU, the result files that a CPU can remake: one step per result, and each step writes only
-# the files it names literally as results/... (through --out, > or tee). A step that measures the bundled draft `head`
+# the files it names literally as results/... or assets/... (through --out, > or tee). No step of the default set writes
+# under assets/: a step that rewrites a committed asset runs only when STEPS names it. A step that measures the bundled draft `head`
 # where a committed file's `head` rows measured head-v1 writes a file with an _eagle3 suffix, never the committed one
 # (and the judge step, whose committed results/judge.* used another judge head, writes results/judge_bundled).
 # Every file under results/ that no step writes is listed in the `# elsewhere:` block at the end, with the command
@@ -10,7 +11,7 @@
 #   STEPS="chains judge" scripts/run_benchmarks.sh   # the named steps, in that order
 #
 # Steps (* = in the default set) and what each writes:
-#   predictor*         assets/models/acceptance_predictor.json (python -m specviz fit-predictor)
+#   predictor          assets/models/acceptance_predictor.json (the committed predictor of --select; asked by name only)
 #   standard*          results/bench_eagle3 .csv .md
 #   all-prompts*       results/bench_all_prompts_eagle3 .csv .md
 #   heads*             results/heads .csv .md
@@ -39,8 +40,9 @@
 #   chain-advisor      results/chain_advisor.txt
 #   cuda-cpu           results/cuda/cpu_bf16_ties.md, results/cuda/cpu_fp32.md (random 135M-shape target, CPU)
 #
-# Run on a quiet machine: other CPU load distorts every timing. PER_CATEGORY, TOKENS, REPEATS, JUDGE_TOKENS and
-# PREDICTOR_PROMPTS change the settings of the default set's steps; the committed files used the defaults below.
+# Run on a quiet machine: other CPU load distorts every timing. PER_CATEGORY, TOKENS, REPEATS and JUDGE_TOKENS change
+# the settings of the default set's steps, PREDICTOR_PROMPTS the predictor step's; the committed files used the defaults
+# below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -48,7 +50,7 @@ PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
 REPEATS=${REPEATS:-2}
 JUDGE_TOKENS=${JUDGE_TOKENS:-48}
-STEPS=${STEPS:-"predictor standard all-prompts heads defaults cost-model policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
+STEPS=${STEPS:-"standard all-prompts heads defaults cost-model policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 head_agreement() {  # prints the report: head-v1, the bundled head after its first run (commit a654e23) as head_v2, the bundled head
@@ -80,7 +82,7 @@ load_test_header() {  # the load test's command and this machine, as the first l
 
 for step in $STEPS; do
   case $step in
-    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" ;;
+    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" --out assets/models/acceptance_predictor.json ;;
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
       --out results/bench_eagle3 ;;
     all-prompts) $PY -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" \

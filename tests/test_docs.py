@@ -232,7 +232,16 @@ def test_every_results_file_has_a_step_or_an_elsewhere_line():
 def test_the_steps_name_what_they_write():
     steps, _ = bench_steps.benchmark_steps()
     assert {"heads", "trees", "trees-all-prompts", "linear-kernels", "judge-eval", "ui-browser", "load-test"} <= set(steps)
-    assert all(bench_steps.outputs(c) for name, c in steps.items() if name != "predictor"), steps
+    assert all(bench_steps.outputs(c) for c in steps.values()), steps
+    assert bench_steps.outputs(steps["predictor"]) == ["assets/models/acceptance_predictor.json"]
+
+
+def test_make_bench_all_writes_no_committed_asset():
+    """The default steps (``make bench-all``) write nothing under assets/; a step that does runs only when named."""
+    steps, _ = bench_steps.benchmark_steps()
+    assert set(bench_steps.default_steps()) <= set(steps)
+    assert [(n, o) for n in bench_steps.default_steps() for o in bench_steps.outputs(steps[n]) if o.startswith("assets/")] == []
+    assert "STEPS=${STEPS:-" in bench_steps.BENCH_SCRIPT.read_text() and "bash scripts/run_benchmarks.sh" in (ROOT / "Makefile").read_text()
 
 
 def writers() -> dict[str, str]:
