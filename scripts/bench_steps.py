@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,20 @@ def made_by(path: str, steps: dict[str, str], elsewhere: list[tuple[str, str, st
         if fnmatch.fnmatch(path, glob):
             return command, note
     return None
+
+
+def refuse_other_settings(out: str | Path, *lines: str) -> None:
+    """Exit, saying why, when ``out`` is a committed file whose text lacks one of ``lines`` (this run's command and the
+    settings it records): a rerun must not replace a committed result made with other settings."""
+    path = ROOT / out
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT, capture_output=True).returncode == 0
+    if not (tracked and path.exists()):
+        return
+    text = path.read_text()
+    other = [line for line in lines if line not in text]
+    if other:
+        raise SystemExit(f"refusing to overwrite {path.relative_to(ROOT)}: it is committed and was made with other settings "
+                         f"(it lacks {other[0]!r}); pass another --out, or delete the file first to replace it")
 
 
 def results_files() -> list[str]:

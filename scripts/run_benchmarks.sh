@@ -34,7 +34,7 @@
 #   judge-eval         results/judge_eval.md (after `judge build` into .cache/judge/)
 #   ui                 results/ui_measure_eagle3.txt
 #   ui-browser         results/ui_browser_defaults.txt (needs chromium and playwright)
-#   queue-poll         results/ui_queue_poll.txt
+#   queue-poll         results/ui_queue_poll_defaults.txt (the Explore defaults of this checkout)
 #   load-test          results/load_test_eagle3.txt
 #   record-overhead    results/record_overhead_wall.md
 #   chain-advisor      results/chain_advisor.txt
@@ -113,7 +113,7 @@ for step in $STEPS; do
     judge-eval) $PY -m specviz judge build && $PY -m specviz judge eval --out results/judge_eval.md ;;
     ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure_eagle3.txt ;;
     ui-browser) $PY scripts/measure_ui_browser.py 6 --out results/ui_browser_defaults.txt ;;
-    queue-poll) $PY scripts/measure_queue_poll.py 8 --out results/ui_queue_poll.txt ;;
+    queue-poll) $PY scripts/measure_queue_poll.py 8 --out results/ui_queue_poll_defaults.txt ;;
     load-test) { load_test_header && $PY -m pytest -q -s tests/ui/test_load.py; } | tee results/load_test_eagle3.txt ;;
     record-overhead) $PY scripts/measure_record_overhead.py 2 --out results/record_overhead_wall.md ;;
     chain-advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
@@ -139,6 +139,7 @@ done
 # elsewhere: results/ui_browser_measure.txt :: .venv/bin/python scripts/measure_ui_browser.py 9 results/ui_browser_measure.txt :: commit 8d745e5 + uncommitted changes (that code's redraw pacing and queue polling); other jobs on the cores
 # elsewhere: results/ui_browser_measure_queue.txt :: .venv/bin/python scripts/measure_ui_browser.py 10 results/ui_browser_measure_queue.txt :: commit c152549, whose defaults were head at fixed γ = 3
 # elsewhere: results/ui_browser_measure_quiet.txt :: .venv/bin/python scripts/measure_ui_browser.py 5 results/ui_browser_measure_quiet.txt :: commit 35f4fc7 (that code's queue polling)
+# elsewhere: results/ui_queue_poll.txt :: .venv/bin/python scripts/measure_queue_poll.py 8 --out results/ui_queue_poll.txt :: commit c152549, whose Explore defaults were head at fixed γ = 3; its header names the machine
 # elsewhere: results/load_test.txt :: HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/python -m pytest -q -s tests/ui/test_load.py > results/load_test.txt :: its output under a 3-line header; 2026-11-25; its draft head is head-v1
 # elsewhere: results/exactness_all.log :: SPECVIZ_EXACTNESS_LOG=results/exactness_all.log make test :: the exactness test as make test runs it, with its log; the header names the commit and machine
 # elsewhere: results/train_draft_s.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 96 --layers 2 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-s > results/train_draft_s.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23

@@ -278,3 +278,11 @@ def test_no_documented_command_writes_a_committed_file_without_naming_it(page):
         if re.search(r"specviz (?:bench|judge eval)\b", command) and "--out" not in command and "results/" in command:
             bad.append(command)
     assert bad == [], page.name
+
+
+def test_a_script_refuses_to_overwrite_a_committed_result_made_with_other_settings():
+    header = (ROOT / "results" / "ui_queue_poll.txt").read_text().splitlines()
+    bench_steps.refuse_other_settings("results/ui_queue_poll.txt", *header[:1], header[2])  # its own settings: allowed
+    with pytest.raises(SystemExit, match="refusing to overwrite results/ui_queue_poll.txt: .*other settings.*gamma 1"):
+        bench_steps.refuse_other_settings("results/ui_queue_poll.txt", header[0], header[2].replace("gamma 3", "gamma 1"))
+    bench_steps.refuse_other_settings("results/not_committed.txt", "anything")  # a new file: nothing to protect
