@@ -22,13 +22,10 @@ from bench_steps import refuse_other_settings  # noqa: E402
 from specviz.core.record import StepEvent  # noqa: E402
 from specviz.models.loading import describe_hardware  # noqa: E402
 from specviz.runtime.config import DecodeConfig  # noqa: E402
-from specviz.ui.app import QUEUE_POLL_S, build_app, launch  # noqa: E402
+from specviz.ui.app import GRADIO_POLL_S, QUEUE_POLL_S, build_app, launch  # noqa: E402
 from specviz.ui.bank import shared_models  # noqa: E402
 from specviz.ui.decode import decode_steps  # noqa: E402
 from specviz.ui.handlers import default_prompt  # noqa: E402
-
-GRADIO_POLL_S = (0.001, 0.01)
-"""gradio's own intervals outside Windows (``Queue.sleep_when_free``, ``Queue.progress_update_sleep_when_free``)."""
 
 
 def median_step_ms(settings: dict, prompt: str) -> float:
