@@ -53,12 +53,17 @@ def made_by(path: str, steps: dict[str, str], elsewhere: list[tuple[str, str, st
     return None
 
 
+def committed(path: Path) -> bool:
+    """Whether ``path`` is a file git tracks in this checkout."""
+    return path.exists() and subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT,
+                                            capture_output=True).returncode == 0
+
+
 def refuse_other_settings(out: str | Path, *lines: str) -> None:
     """Exit, saying why, when ``out`` is a committed file whose text lacks one of ``lines`` (this run's command and the
     settings it records): a rerun must not replace a committed result made with other settings."""
     path = ROOT / out
-    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT, capture_output=True).returncode == 0
-    if not (tracked and path.exists()):
+    if not committed(path):
         return
     text = path.read_text()
     other = [line for line in lines if line not in text]

@@ -34,9 +34,9 @@ def main(per_category: int, output: str) -> None:
     settings = (f"offline preset, draft head, γ = 3, {TOKENS} new tokens, {len(prompts)} suite prompts, records on and off "
                 f"interleaved (rotated order), fastest of {ROUNDS} rounds each.")
     reproduce = f"Reproduce: `.venv/bin/python scripts/measure_record_overhead.py {per_category} --out {output}`"
-    refuse_other_settings(output, settings, reproduce)
-    lines = [f"# Cost of recording the verification\n\n{describe_hardware()}; {settings}\n",
-             "| decoding | median wall-time ratio, records on / off | min | max |", "|---|---|---|---|"]
+    columns = "| decoding | median wall-time ratio, records on / off | min | max |"
+    refuse_other_settings(output, settings, columns, reproduce)
+    lines = [f"# Cost of recording the verification\n\n{describe_hardware()}; {settings}\n", columns, "|---|---|---|---|"]
     for mode, sampling in (("greedy", {}), ("sampled (T 0.8, top-p 0.9)", {"temperature": 0.8, "top_p": 0.9, "seed": 1})):
         config = DecodeConfig(draft="head", gamma=3, gamma_policy="fixed", max_new_tokens=TOKENS, **sampling)
         decode_ms(config, prompts[0], bank, True)  # warm-up

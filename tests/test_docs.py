@@ -6,12 +6,18 @@ documented command writes a committed results file without naming it."""
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import fnmatch
 import importlib
+import importlib.util
+import io
 import re
+import runpy
+import shlex
 import subprocess
 import sys
+import unittest.mock
 from pathlib import Path
 
 import pytest
@@ -353,3 +359,101 @@ def test_a_figure_edited_by_hand_fails_and_names_its_line(tmp_path):
     bare = docs / "bare.md"
     bare.write_text("# A page\n\nThe head runs at 1.23× AR.\n")
     assert doc_figures.problems(bare) == ["docs/bare.md:3: '1.23×' names no source (cite the results file it comes from in its section)"]
+
+
+class _Parsed(Exception):
+    """Raised in place of parsing: the script's parser is built, and nothing else of it runs."""
+
+
+def parser_of(target: str, module: bool) -> argparse.ArgumentParser | None:
+    """The parser a script (``scripts/x.py``) or module (``-m specviz.training.x``) builds when run; None when it parses
+    no arguments with argparse."""
+    source = (ROOT / target).read_text() if not module else Path(importlib.util.find_spec(target).origin).read_text()
+    if "parse_args" not in source:
+        return None
+    built = {}
+
+    def capture(self, args=None, namespace=None):
+        built["parser"] = self
+        raise _Parsed
+
+    with unittest.mock.patch.object(argparse.ArgumentParser, "parse_args", capture), \
+            unittest.mock.patch.object(sys, "argv", [target]), pytest.raises(_Parsed):
+        runpy.run_module(target, run_name="__main__") if module else runpy.run_path(str(ROOT / target), run_name="__main__")
+    return built["parser"]
+
+
+def parse_error(command: str) -> str | None:
+    """Why ``command`` would not run against this checkout's CLI, scripts, Makefile and tests (None when it parses):
+    each part between ``&&`` and before a pipe or redirection, past its variable assignments."""
+    for part in re.split(r"\s*&&\s*", command):
+        words = shlex.split(re.split(r"\s(?:\||2>&1|>>?)\s?", part)[0])
+        while words and re.match(r"^[A-Z_]+=", words[0]):
+            words.pop(0)
+        if words[:1] == ["make"]:
+            if not re.search(rf"^{re.escape(words[1])}:", (ROOT / "Makefile").read_text(), re.M):
+                return f"no make target {words[1]}"
+            continue
+        if words[:1] == ["bash"]:  # a wrapper: its arguments go to the script it hands "$@" to
+            handed = re.search(r"(scripts/\w+\.py) \"\$@\"", (ROOT / words[1]).read_text())
+            words = [handed[1], *words[2:]] if handed else []
+        if words and re.fullmatch(r"(?:\S*/)?python3?|\$PY", words[0]):
+            words.pop(0)
+        if words[:2] == ["-m", "pytest"] or words[:1] == ["pytest"]:
+            missing = [w for w in words if w.startswith("tests/") and not (ROOT / w.split("::")[0]).exists()]
+            if missing:
+                return f"no test file {missing}"
+            continue
+        if not words:
+            continue
+        if words[:2] == ["-m", "specviz"]:
+            parser, args = cli.build_parser(), words[2:]
+        elif words[:1] == ["-m"]:
+            parser, args = parser_of(words[1], module=True), words[2:]
+        elif words[:1] and words[0].startswith("scripts/"):
+            parser, args = parser_of(words[0], module=False), words[1:]
+        else:
+            return f"not a command this checkout runs: {part}"
+        if parser is None:
+            continue
+        errors = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(errors):
+                parser.parse_args(args)
+        except SystemExit:
+            return errors.getvalue().strip().splitlines()[-1]
+        except cli.UsageError as e:  # the CLI's parser raises this instead of exiting
+            return str(e)
+    return None
+
+
+def own_commands(path: str) -> list[str]:
+    """The command lines a results file records about itself: ``# command:``, ``Reproduce:`` or ``Command:``, or a
+    first line ``# CMD``."""
+    text = (ROOT / path).read_text()
+    found = re.findall(r"^# command: (.+?)(?:\s{2,}\(.*)?$", text, re.M)
+    found += [c for c in re.findall(r"(?:Reproduce|Command): `([^`]+)`", text) if not c.startswith("git ")]
+    first = re.match(r"# ((?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?python .+)$", text.splitlines()[0]) if text else None
+    return found + ([first[1]] if first else [])
+
+
+OWN_LINES = [p for p in RESULTS if not p.startswith("results/cuda/") and p.endswith((".md", ".txt", ".log"))]
+
+
+@pytest.mark.parametrize("path", OWN_LINES)
+def test_a_results_files_own_command_parses(path):
+    """A results file's own reproduce line runs as written against the current scripts and CLI (results/cuda/ is
+    another engineer's)."""
+    assert [(c, e) for c in own_commands(path) if (e := parse_error(c))] == []
+
+
+@pytest.mark.parametrize("line", bench_steps.benchmark_steps()[1], ids=lambda line: line[0])
+def test_every_elsewhere_command_parses(line):
+    glob, command, _ = line
+    assert command == "written by hand" or parse_error(command) is None, (glob, command)
+
+
+def test_the_parse_check_can_fail():
+    assert "required" in parse_error(".venv/bin/python scripts/measure_judge_overhead.py")
+    assert "unrecognized" in parse_error("python -m specviz bench --no-such-flag")
+    assert parse_error("make no-such-target") == "no make target no-such-target"
