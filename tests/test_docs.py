@@ -457,3 +457,18 @@ def test_the_parse_check_can_fail():
     assert "required" in parse_error(".venv/bin/python scripts/measure_judge_overhead.py")
     assert "unrecognized" in parse_error("python -m specviz bench --no-such-flag")
     assert parse_error("make no-such-target") == "no make target no-such-target"
+
+
+def test_a_changed_protocol_or_theory_key_fails_the_check_until_the_pages_are_regenerated(monkeypatch, tmp_path):
+    pages = [tmp_path / "architecture.md", tmp_path / "app.md"]
+    for page in pages:
+        page.write_text((ROOT / "docs" / page.name).read_text())
+    assert render_reference.main(["--check"], pages=pages) == 0
+    monkeypatch.setattr(render_reference.Drafter, "propose", lambda self, tokens, gamma, sampler, budget=None: None, raising=True)
+    assert render_reference.main(["--check"], pages=pages) == 1
+    monkeypatch.undo()
+    monkeypatch.setitem(render_reference.THEORY_KEYS, "tokens", "tokens the run emitted, edited")
+    assert render_reference.main(["--check"], pages=pages) == 1
+    monkeypatch.delitem(render_reference.THEORY_KEYS, "tokens")
+    with pytest.raises(SystemExit, match="tokens"):
+        render_reference.SECTIONS["json-theory"]()
