@@ -1,5 +1,5 @@
 """Every figure in the docs checked at its source. A figure is a decimal, a number with thousands separators, or a
-number with a unit (×, %, tok/s, ms, "N of M", "N/M") in the prose and hand-made tables of README.md, docs/*.md and the
+number with a unit (×, %, tok/s, ms, "N of M", "N/M", M or k) in the prose and hand-made tables of README.md, docs/*.md and the
 notebook's markdown (generated blocks, code and settings such as ``γ = 3`` are left out). Each must be
 
 - a restated constant of the code: CONSTANTS below names the sentence and the value it must show; or
@@ -34,9 +34,11 @@ SKIPPED = re.compile(r"<!-- zerogpu:begin -->.*?<!-- zerogpu:end -->", re.S)
 """Left to the section's owner (its numbers come from results/cuda/)."""
 NOT_FIGURES = re.compile(r"```.*?```|`[^`\n]*`|\]\([^)]*\)|\d{4}-\d\d-\d\d|"
                          r"(?:Lemma|Theorems?|Llama|PyTorch|python_version:|sdk_version:)\s*\"?[\d.]+(?:\s*[–/-]\s*[\d.]+)?", re.S)
-FIGURE = re.compile(r"(?<![\w.=/^+−-])(?<!= )(?<!γ )(?<!δ )"
-                    r"(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+(?=\s?(?:×|%|tok/s|ms\b| of \d|/\d)))(?![\w.,]*\d)(?![A-Za-z])"
-                    r"(?:\s?(?:×|%|tok/s|ms\b| of \d+|/\d+))?")
+FIGURE = re.compile(r"(?<![\w.,=/^+−-])(?<!= )(?<!γ )(?<!δ )"
+                    r"(\d{1,3}(?:,\d{3})+|\d+\.\d+|\d+(?=\s?(?:×|%|tok/s|ms\b| of \d|/\d|[Mk]\b)))(?![\w.,]*\d)(?![A-Za-z])"
+                    r"(?:\s?(?:×|%|tok/s|ms\b| of \d+|/\d+|(?P<scale>[Mk])\b))?")
+SCALES = {"M": 1e6, "k": 1e3}
+"""A figure given in millions or thousands ("3.21 M positions", "934k tokens")."""
 CITED = re.compile(r"results/[\w./{},*-]*[\w}*]|assets/[\w./-]*\.json")
 NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?![\d])|-?\d+(?:\.\d+)?(?:e-?\d+)?")
 
@@ -74,6 +76,11 @@ def _duration_example() -> tuple[float, ...]:
     from specviz.ui import gpu
     tokens = _ui("explore").TOKENS
     return tokens, gpu.START_S_PER_TOKEN, gpu.FIXED_S, gpu.MARGIN, gpu.START_S_PER_TOKEN, tokens, gpu.decode_seconds(tokens)
+
+
+def _distill():
+    from specviz.training import distill_data
+    return distill_data
 
 
 def _vocab(model: str) -> float:
@@ -122,6 +129,11 @@ CONSTANTS = [
       for page, pattern in (("docs/models.md", r"drafts list ([\d,]+) ids, the feature head ([\d,]+)"),
                             ("docs/drafts.md", r"the ([\d,]+) token ids it scores.*?`draft_vocab.json`\s+\(([\d,]+) ids\)"),
                             ("docs/benchmarks.md", r"score their ([\d,]+)-token vocabulary.*?feature heads score ([\d,]+)"))),
+    Constant("docs/drafts.md", r"sampled at temperature ([\d.]+) from the recipe", lambda: (_distill().SAMPLED[0],)),
+    Constant("docs/drafts.md", r"scale per row: ([\d.]+) MB",
+             lambda: (round((ROOT / "assets/models/smollm2-head/head.safetensors").stat().st_size / 1e6, 1),)),
+    Constant("docs/models.md", r"the ([\d,]+)-row output projection",
+             lambda: (json.loads((ROOT / "assets/models/smollm2-draft-s/config.json").read_text())["vocab_size"],)),
     Constant("README.md", r"^sdk_version: (\S+)", lambda: (_pin("gradio"),)),
     Constant("README.md", r"`make` needs `python(3\.\d+)`", lambda: (_makefile(r"PY \?= python(\S+)"),)),
     Constant("README.md", r"with `torch==(\S+)` where pip finds", lambda: (_makefile(r"torch==(\S+)"),)),
@@ -188,11 +200,13 @@ def numbers(path: str) -> tuple[float, ...]:
     return tuple(float(n.replace(",", "")) for n in NUMBER.findall(text))
 
 
-def holds(figure: str, sources: list[str]) -> bool:
+def holds(figure: str, sources: list[str], scale: float = 1.0) -> bool:
+    """Whether a number of ``sources`` (or 100 × one: a percentage) shows as ``figure`` at its precision (either way
+    of rounding a half), ``scale`` being what the figure's unit multiplies it by."""
     digits = figure.replace(",", "")
-    places = len(digits.split(".")[1]) if "." in digits else 0
+    half = 0.5 * 10 ** -(len(digits.split(".")[1]) if "." in digits else 0) + 1e-9
     want = float(digits)
-    return any(abs(round(x, places) - want) < 1e-9 for path in sources for v in numbers(path) for x in (v, 100 * v))
+    return any(abs(x / scale - want) <= half for path in sources for v in numbers(path) for x in (v, 100 * v))
 
 
 def page_text(page: Path) -> str:
@@ -226,7 +240,7 @@ def problems(page: Path) -> list[str]:
             where = f"{name}:{line_of(text, m.start())}: {m[0].strip()!r}"
             if not sources:
                 found.append(f"{where} names no source (cite the results file it comes from in its section)")
-            elif not holds(m[1], sources):
+            elif not holds(m[1], sources, SCALES.get(m["scale"], 1.0)):
                 found.append(f"{where} is not in its section's sources {', '.join(sources)}")
         offset += len(section) + 1
     return found
