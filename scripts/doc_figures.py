@@ -78,6 +78,20 @@ def _duration_example() -> tuple[float, ...]:
     return tokens, gpu.START_S_PER_TOKEN, gpu.FIXED_S, gpu.MARGIN, gpu.START_S_PER_TOKEN, tokens, gpu.decode_seconds(tokens)
 
 
+WORDS = ("no", "one", "two", "three", "four")
+"""Small counts as the docs write them."""
+
+
+def _selection():
+    from specviz.methods import selection
+    return selection
+
+
+def _warmup() -> list:
+    from specviz.analysis.suites import load_warmup
+    return load_warmup(0)
+
+
 def _distill():
     from specviz.training import distill_data
     return distill_data
@@ -107,6 +121,9 @@ CONSTANTS = [
     Constant("docs/methods.md", r"top probability falls below (0\.\d+)", lambda: (_default(_policies().ConfidencePolicy, "threshold"),)),
     Constant("docs/methods.md", r"three depths \(layers (\d+), (\d+) and (\d+)",
              lambda: tuple(json.loads((ROOT / "assets/models/smollm2-head/specviz.json").read_text())["taps"])),
+    Constant("docs/methods.md", r"shrunk towards a\s+prior by (\w+) pseudo-observations",
+             lambda: (WORDS[int(_default(_selection().OnlineSelector, "prior_weight"))],)),
+    Constant("docs/methods.md", r"on the (\d+) warm-up prompts", lambda: (len(_warmup()),)),
     Constant("docs/app.md", r"headline redraw every ([\d.]+) s and the\s+race chart and step panel every ([\d.]+) s",
              lambda: (_ui("runs").REDRAW_EVERY_S, _ui("runs").CHARTS_EVERY_S)),
     Constant("docs/app.md", r"polls for work every (\d+) ms instead of every (\d+) ms",
@@ -155,10 +172,12 @@ def constant_problems(page: str, text: str) -> tuple[list[str], list[tuple[int, 
         if not found:
             problems.append(f"{page}: no sentence matches the constant pattern {c.pattern!r} (update CONSTANTS)")
         for m in found:
-            groups = [g for g in m.groups() if g is not None]
+            groups = [i for i in range(1, len(m.groups()) + 1) if m[i] is not None]
             expected = c.values()
-            if len(groups) != len(expected) or not all(map(same, groups, expected)):
-                problems.append(f"{page}:{line_of(text, m.start())}: {m[0]!r} restates {expected} of the code")
+            wrong = [i for i, value in zip(groups, expected) if not same(m[i], value)] or groups[len(expected):]
+            if wrong or len(groups) != len(expected):
+                at = m.start(wrong[0]) if wrong else m.start()
+                problems.append(f"{page}:{line_of(text, at)}: {m[0]!r} restates {expected} of the code")
             spans.append(m.span())
     return problems, spans
 
@@ -227,7 +246,8 @@ def blank(text: str, pattern: re.Pattern | str) -> str:
 
 def problems(page: Path) -> list[str]:
     """Every figure of ``page`` that fails, as ``PAGE:LINE: ...``."""
-    name = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else f"{page.parent.name}/{page.name}"  # a copy
+    name = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else "/".join(  # a copy: named as its original
+        [page.parent.name, page.name] if page.parent.name in ("docs", "examples") else [page.name])
     text = page_text(page)
     found, spans = constant_problems(name, text)
     prose = blank(blank(text, GENERATED), NOT_FIGURES)

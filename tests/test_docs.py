@@ -344,13 +344,17 @@ def test_a_figure_edited_by_hand_fails_and_names_its_line(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     for name, old, new in [("teaching.md", "run at 1.49× AR", "run at 1.59× AR"), ("methods.md", "capped at 0.95", "capped at 0.9"),
-                           ("benchmarks.md", "4: 1.018× for", "4: 1.418× for")]:
+                           ("benchmarks.md", "4: 1.018× for", "4: 1.418× for"),
+                           ("methods.md", "prior by two pseudo", "prior by three pseudo"), ("app.md", "every 50 ms", "every 40 ms")]:
         text = (ROOT / "docs" / name).read_text()
         assert old in text and doc_figures.problems(ROOT / "docs" / name) == []
         (docs / name).write_text(text.replace(old, new))
         line = text[:text.index(old)].count("\n") + 1
         found = doc_figures.problems(docs / name)
         assert len(found) == 1 and found[0].startswith(f"docs/{name}:{line}: "), found
+    readme = tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text().replace("sdk_version: 6.31.0", "sdk_version: 6.30.0"))
+    assert [p.split(": ")[0] for p in doc_figures.problems(readme)] == ["README.md:7"]
     bare = docs / "bare.md"
     bare.write_text("# A page\n\nThe head runs at 1.23× AR.\n")
     assert doc_figures.problems(bare) == ["docs/bare.md:3: '1.23×' names no source (cite the results file it comes from in its section)"]
