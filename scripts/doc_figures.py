@@ -3,7 +3,7 @@ number with a unit (×, %, tok/s, ms, "N of M", "N/M", M or k) in the prose and 
 notebook's markdown (generated blocks, code and settings such as ``γ = 3`` are left out). Each must be
 
 - a restated constant of the code: CONSTANTS below names the sentence and the value it must show; or
-- held by a file its section cites (``results/...`` or an ``assets/...json``): some number of that file rounds to the
+- held by a file its section cites (``results/...`` or an ``assets/...json`` or ``.jsonl``): some number of that file rounds to the
   figure at the figure's precision (a percentage also as a fraction; a trace's speedup is its ``tokens_per_s`` over its
   baseline's).
 
@@ -19,6 +19,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -39,7 +40,7 @@ FIGURE = re.compile(r"(?<![\w.,=/^+−-])(?<!= )(?<!γ )(?<!δ )"
                     r"(?:\s?(?:×|%|tok/s|ms\b| of \d+|/\d+|(?P<scale>[Mk])\b))?")
 SCALES = {"M": 1e6, "k": 1e3}
 """A figure given in millions or thousands ("3.21 M positions", "934k tokens")."""
-CITED = re.compile(r"results/[\w./{},*-]*[\w}*]|assets/[\w./-]*\.json")
+CITED = re.compile(r"results/[\w./{},*-]*[\w}*]|assets/[\w./-]*\.jsonl?\b")
 NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?![\d])|-?\d+(?:\.\d+)?(?:e-?\d+)?")
 
 
@@ -209,8 +210,13 @@ def cited(text: str) -> list[str]:
 
 @cache
 def numbers(path: str) -> tuple[float, ...]:
-    """What a source holds: every number of its text; of a trace, its metrics, its baseline's and its speedup."""
+    """What a source holds: every number of its text; of a trace, its metrics, its baseline's and its speedup; of a
+    JSON-lines file, its rows and how many rows hold each value of a field with few values."""
     text = (ROOT / path).read_text()
+    if path.endswith(".jsonl"):
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        fields = {k: Counter(str(r.get(k)) for r in rows) for k in rows[0]}
+        return (len(rows), *(n for counts in fields.values() if len(counts) <= 12 for n in counts.values()))
     if path.startswith("assets/traces/"):
         trace = json.loads(text)
         runs = [trace["metrics"], trace.get("baseline", {}).get("metrics", {})]
