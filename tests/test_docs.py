@@ -297,7 +297,8 @@ def test_a_script_refuses_to_overwrite_a_committed_result_made_with_other_settin
 
 FIGURES_TO_SOURCE = {
     # (page, figure) pairs not yet tied to a committed file: counts of the data shards (assets/distill/data), which no
-    # results file holds, and figures of docs/performance.md and docs/spaces.md, edited elsewhere. Each stays guarded: a figure edited by hand is no longer in this set and fails.
+    # results file holds, and figures of docs/performance.md and docs/spaces.md, edited elsewhere. Each stays guarded:
+    # a figure edited by hand is no longer in this set and fails.
     ("docs/drafts.md", "9,728"),
     ("docs/drafts.md", "1,027,947"),
     ("docs/drafts.md", "43,606"),
