@@ -3,8 +3,9 @@ number with a unit (×, %, tok/s, ms, "N of M", "N/M", M or k) in the prose and 
 notebook's markdown (generated blocks, code and settings such as ``γ = 3`` are left out). Each must be
 
 - a restated constant of the code: CONSTANTS below names the sentence and the value it must show; or
-- held by a file its section cites (``results/...`` or an ``assets/...json`` or ``.jsonl``): some number of that file rounds to the
-  figure at the figure's precision (a percentage also as a fraction; a trace's speedup is its ``tokens_per_s`` over its
+- held by a file its paragraph cites, or when it cites none its section (``results/...``, an ``assets/...json`` or
+  ``.jsonl``), or by a table of its section rendered from the results: some number there rounds to the figure at its
+  precision (a percentage also as a fraction; a trace's speedup is its ``tokens_per_s`` over its
   baseline's).
 
     python scripts/doc_figures.py          # print every figure that fails, with its page and line; exit 1 if any
@@ -225,13 +226,13 @@ def numbers(path: str) -> tuple[float, ...]:
     return tuple(float(n.replace(",", "")) for n in NUMBER.findall(text))
 
 
-def holds(figure: str, sources: list[str], scale: float = 1.0) -> bool:
-    """Whether a number of ``sources`` (or 100 × one: a percentage) shows as ``figure`` at its precision (either way
-    of rounding a half), ``scale`` being what the figure's unit multiplies it by."""
+def holds(figure: str, values: list[float], scale: float = 1.0) -> bool:
+    """Whether one of ``values`` (or 100 × one: a percentage) shows as ``figure`` at its precision (either way of
+    rounding a half), ``scale`` being what the figure's unit multiplies it by."""
     digits = figure.replace(",", "")
     half = 0.5 * 10 ** -(len(digits.split(".")[1]) if "." in digits else 0) + 1e-9
     want = float(digits)
-    return any(abs(x / scale - want) <= half for path in sources for v in numbers(path) for x in (v, 100 * v))
+    return any(abs(abs(x) / scale - want) <= half for v in values for x in (v, 100 * v))  # "4.5 points" of a −4.5
 
 
 def page_text(page: Path) -> str:
@@ -261,13 +262,17 @@ def problems(page: Path) -> list[str]:
         prose = prose[:start] + re.sub(r"[^\n]", " ", prose[start:end]) + prose[end:]
     offset = 0
     for section in re.split(r"\n(?=#+ )", text):
-        sources = cited(section)
-        for m in FIGURE.finditer(prose, offset, offset + len(section)):
-            where = f"{name}:{line_of(text, m.start())}: {m[0].strip()!r}"
-            if not sources:
-                found.append(f"{where} names no source (cite the results file it comes from in its section)")
-            elif not holds(m[1], sources, SCALES.get(m["scale"], 1.0)):
-                found.append(f"{where} is not in its section's sources {', '.join(sources)}")
+        tables = [float(n.replace(",", "")) for block in GENERATED.finditer(section) for n in NUMBER.findall(block[0])]
+        for block in re.finditer(r"(?:[^\n]*\S[^\n]*(?:\n|$))+", section):  # a paragraph, a list or a table
+            sources = cited(GENERATED.sub("", block[0])) or cited(section)
+            values = [v for path in sources for v in numbers(path)] + tables
+            for m in FIGURE.finditer(prose, offset + block.start(), offset + block.end()):
+                where = f"{name}:{line_of(text, m.start())}: {m[0].strip()!r}"
+                if not sources:
+                    found.append(f"{where} names no source (cite the results file it comes from in its section)")
+                elif not holds(m[1], values, SCALES.get(m["scale"], 1.0)):
+                    found.append(f"{where} is not in {', '.join(sources)} (its paragraph's sources, else its section's) "
+                                 "nor in its section's rendered tables")
         offset += len(section) + 1
     return found
 
