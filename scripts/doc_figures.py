@@ -3,6 +3,7 @@ number with a unit (×, %, tok/s, ms, "N of M", "N/M", M or k) in the prose and 
 notebook's markdown (generated blocks, code and settings such as ``γ = 3`` are left out). Each must be
 
 - a restated constant of the code: CONSTANTS below names the sentence and the value it must show; or
+- a line of a fenced block that quotes a results file its section cites (shown as the file has it); or
 - held by a file its paragraph cites, or when it cites none its section (``results/...``, an ``assets/...json`` or
   ``.jsonl``), or by a table of its section rendered from the results: some number there rounds to the figure at its
   precision (a percentage also as a fraction; a trace's speedup is its ``tokens_per_s`` over its
@@ -251,12 +252,32 @@ def blank(text: str, pattern: re.Pattern | str) -> str:
     return re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m[0]), text)
 
 
+QUOTED = re.compile(r"^```\n(.*?)^```", re.M | re.S)
+"""A fenced block without a language: where a page quotes a results file's output."""
+
+
+def quote_problems(name: str, text: str) -> list[str]:
+    """A quoted block that shares a line with a file its section cites must show only that file's lines."""
+    found, offset = [], 0
+    for section in re.split(r"\n(?=#+ )", text):
+        files = [(ROOT / p).read_text() for p in cited(section) if not p.endswith((".csv", ".json", ".jsonl"))]
+        for block in QUOTED.finditer(section):
+            lines = [(block.start(1) + m.start(), m[0].strip()) for m in re.finditer(r"[^\n]*\S[^\n]*", block[1])]
+            source = next((f for f in files if any(line in f for _, line in lines)), None)
+            if source is not None:
+                found += [f"{name}:{line_of(text, offset + at)}: quoted line {line!r} is not in the file it quotes"
+                          for at, line in lines if line not in source]
+        offset += len(section) + 1
+    return found
+
+
 def problems(page: Path) -> list[str]:
     """Every figure of ``page`` that fails, as ``PAGE:LINE: ...``."""
     name = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else "/".join(  # a copy: named as its original
         [page.parent.name, page.name] if page.parent.name in ("docs", "examples") else [page.name])
     text = page_text(page)
     found, spans = constant_problems(name, text)
+    found += quote_problems(name, text)
     prose = blank(blank(text, GENERATED), NOT_FIGURES)
     for start, end in spans:
         prose = prose[:start] + re.sub(r"[^\n]", " ", prose[start:end]) + prose[end:]
