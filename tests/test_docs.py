@@ -435,9 +435,13 @@ def own_commands(path: str) -> list[str]:
     return found + ([first[1]] if first else [])
 
 
+RUN_AS_MAIN = pytest.mark.filterwarnings("ignore:.*found in sys.modules after import of package:RuntimeWarning")
+"""runpy's note on running a module of an imported package as __main__, as ``python -m`` does in a fresh process."""
+
 OWN_LINES = [p for p in RESULTS if not p.startswith("results/cuda/") and p.endswith((".md", ".txt", ".log"))]
 
 
+@RUN_AS_MAIN
 @pytest.mark.parametrize("path", OWN_LINES)
 def test_a_results_files_own_command_parses(path):
     """A results file's own reproduce line runs as written against the current scripts and CLI (results/cuda/ is
@@ -445,6 +449,7 @@ def test_a_results_files_own_command_parses(path):
     assert [(c, e) for c in own_commands(path) if (e := parse_error(c))] == []
 
 
+@RUN_AS_MAIN
 @pytest.mark.parametrize("line", bench_steps.benchmark_steps()[1], ids=lambda line: line[0])
 def test_every_elsewhere_command_parses(line):
     glob, command, _ = line
