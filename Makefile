@@ -40,7 +40,8 @@ test-fast: setup
 bench: setup
 	$(BIN)/python -m specviz bench --suite all --per-category 0 --max-new-tokens 64 --out out/bench
 
-# the quick CPU set of scripts/run_benchmarks.sh, each step writing only its own files (hours on 2 cores; STEPS=... picks steps)
+# the quick CPU set of scripts/run_benchmarks.sh, each step writing only its own files, none under assets/ (hours on 2 cores;
+# STEPS=... picks steps, and only a step named there rewrites a committed asset)
 bench-all: setup
 	bash scripts/run_benchmarks.sh
 

@@ -1,5 +1,5 @@
 """What makes each file under results/: the steps of ``scripts/run_benchmarks.sh`` (``NAME) COMMAND ;;``, each naming
-its outputs as ``--out results/...``, ``> results/...`` or ``tee results/...``) and its
+its outputs as ``--out PATH``, ``> PATH`` or ``tee PATH`` with PATH under results/ or assets/) and its
 ``# elsewhere: GLOB :: COMMAND [:: NOTE]`` lines for files made another way (a GPU, training, older settings). The
 docs render it and ``tests/test_docs.py`` checks that every results file is covered."""
 
@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_SCRIPT = ROOT / "scripts" / "run_benchmarks.sh"
 STEP = re.compile(r"^\s+([\w-]+)\)\s*(.*?);;", re.M | re.S)
 ELSEWHERE = re.compile(r"^# elsewhere: (\S+) :: (.+?)(?: :: (.+))?$", re.M)
-OUTPUT = re.compile(r"(?:--out\s+|>>?\s*|tee\s+)(results/[\w./-]*\w)")
+OUTPUT = re.compile(r"(?:--out\s+|>>?\s*|tee\s+)((?:results|assets)/[\w./-]*\w)")
 
 
 def benchmark_steps() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
@@ -26,8 +27,16 @@ def benchmark_steps() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
     return steps, ELSEWHERE.findall(text)
 
 
+def default_steps() -> list[str]:
+    """The steps ``scripts/run_benchmarks.sh`` runs when ``STEPS`` is not set."""
+    m = re.search(r'^STEPS=\$\{STEPS:-"([^"]*)"\}', BENCH_SCRIPT.read_text(), re.M)
+    if m is None:
+        raise SystemExit("bench_steps: scripts/run_benchmarks.sh has no default STEPS line")
+    return m[1].split()
+
+
 def outputs(command: str) -> list[str]:
-    """The results paths a step's command writes."""
+    """The paths (under results/ or assets/) a step's command writes."""
     return list(dict.fromkeys(OUTPUT.findall(command)))
 
 
@@ -42,6 +51,25 @@ def made_by(path: str, steps: dict[str, str], elsewhere: list[tuple[str, str, st
         if fnmatch.fnmatch(path, glob):
             return command, note
     return None
+
+
+def committed(path: Path) -> bool:
+    """Whether ``path`` is a file git tracks in this checkout."""
+    return path.exists() and subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT,
+                                            capture_output=True).returncode == 0
+
+
+def refuse_other_settings(out: str | Path, *lines: str) -> None:
+    """Exit, saying why, when ``out`` is a committed file whose text lacks one of ``lines`` (this run's command and the
+    settings it records): a rerun must not replace a committed result made with other settings."""
+    path = ROOT / out
+    if not committed(path):
+        return
+    text = path.read_text()
+    other = [line for line in lines if line not in text]
+    if other:
+        raise SystemExit(f"refusing to overwrite {path.relative_to(ROOT)}: it is committed and was made with other settings "
+                         f"(it lacks {other[0]!r}); pass another --out, or delete the file first to replace it")
 
 
 def results_files() -> list[str]:

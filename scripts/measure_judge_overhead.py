@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from bench_steps import refuse_other_settings  # noqa: E402
 
 from specviz.methods.judge import JudgeHead, default_head_path  # noqa: E402
 from specviz.models.backends import cached_model
@@ -28,6 +29,9 @@ REPEATS, GAMMA = 200, 4
 
 
 def main(out: Path) -> None:
+    reproduce = f"Reproduce: `.venv/bin/python scripts/measure_judge_overhead.py --out {out}`"
+    settings = f"Verify forward of {GAMMA + 1} tokens"
+    refuse_other_settings(out, reproduce, settings, f"{REPEATS} interleaved repeats")
     run = prepare(DecodeConfig(method="ar", max_new_tokens=8), "Explain why the sky is blue.", ModelBank())
     lm = run.target.lm
     models = {capture: cached_model(lm, run.target.vocab_size, prenorm=capture) for capture in (False, True)}
@@ -45,10 +49,9 @@ def main(out: Path) -> None:
                 head.score(head.inputs(verified.prenorm[1:], verified.logits[:GAMMA], draft_ids)).tolist()
             (judged if capture else plain).append(time.perf_counter() - start)
     base, extra = statistics.median(plain), statistics.median(judged) - statistics.median(plain)
-    line = (f"Verify forward of {GAMMA + 1} tokens on `{lm.name}` ({torch.get_num_threads()} threads, {REPEATS} interleaved "
+    line = (f"{settings} on `{lm.name}` ({torch.get_num_threads()} threads, {REPEATS} interleaved "
             f"repeats): median {1e3 * base:.2f} ms plain, {1e3 * (base + extra):.2f} ms with the pre-norm capture and the judge "
             f"head → the judge adds {1e3 * extra:.3f} ms = {100 * extra / base:.2f} % of verify time.")
-    reproduce = f"Reproduce: `.venv/bin/python scripts/measure_judge_overhead.py --out {out}`"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# Judge overhead\n\n{line}\n\n{reproduce}\n")
     print(line)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_steps import refuse_other_settings
 from transformers import DynamicCache
 
 from specviz.bench.harness import describe_machine
@@ -31,6 +32,8 @@ SHIPPED = "narrow ≤ 4 rows, else oneDNN-packed"
 
 @torch.inference_mode()
 def main(reps: int, out: Path) -> None:
+    command = f"Command: `.venv/bin/python scripts/measure_linear_kernels.py --reps {reps} --out {out}`."
+    refuse_other_settings(out, command, f"median of {reps} interleaved repetitions")
     torch.manual_seed(0)
     variants = {name: load_model(GGUF_SOURCE, name, dtype=torch.float32).model for name in (SHIPPED, "oneDNN-packed", "default")}
     for m in variants["oneDNN-packed"].modules():
@@ -59,8 +62,7 @@ def main(reps: int, out: Path) -> None:
     ms = {key: 1e3 * statistics.median(v) for key, v in times.items()}
     lines = [f"# Target forward cost by tokens per forward ({time.strftime('%Y-%m-%d')})", "",
              f"Machine: {describe_machine(ModelBank()).rstrip('; ')}. SmolLM2-135M-Instruct, float32, 100-token cached context, "
-             f"median of {reps} interleaved repetitions. "
-             f"Command: `.venv/bin/python scripts/measure_linear_kernels.py --reps {reps} --out {out}`.", "",
+             f"median of {reps} interleaved repetitions. {command}", "",
              "| kernel | " + " | ".join(f"{n} tok" for n in SIZES) + " | verify of 4 ÷ plain step | largest abs Δ logit vs default |",
              "|---|" + "---|" * (len(SIZES) + 2)]
     for name in variants:

@@ -17,16 +17,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 sys.path.insert(0, str(ROOT))
 
+from bench_steps import refuse_other_settings  # noqa: E402
+
 from specviz.core.record import StepEvent  # noqa: E402
 from specviz.models.loading import describe_hardware  # noqa: E402
 from specviz.runtime.config import DecodeConfig  # noqa: E402
-from specviz.ui.app import QUEUE_POLL_S, build_app, launch  # noqa: E402
+from specviz.ui.app import GRADIO_POLL_S, QUEUE_POLL_S, build_app, launch  # noqa: E402
 from specviz.ui.bank import shared_models  # noqa: E402
 from specviz.ui.decode import decode_steps  # noqa: E402
 from specviz.ui.handlers import default_prompt  # noqa: E402
-
-GRADIO_POLL_S = (0.001, 0.01)
-"""gradio's own intervals outside Windows (``Queue.sleep_when_free``, ``Queue.progress_update_sleep_when_free``)."""
 
 
 def median_step_ms(settings: dict, prompt: str) -> float:
@@ -36,11 +35,16 @@ def median_step_ms(settings: dict, prompt: str) -> float:
 
 
 def main(pairs: int, output: str) -> None:
+    settings = DecodeConfig(draft="head", max_new_tokens=64).to_dict()  # as Explore opens
+    command = f"# command: .venv/bin/python scripts/measure_queue_poll.py {pairs} --out {output}"
+    measured = (f"# the default Explore configuration ({settings['draft']}, gamma {settings['gamma']}, {settings['max_new_tokens']} "
+                "tokens) decoded on the app's model thread while the app serves, idle; median step time of each run, prefill excluded")
+    refuse_other_settings(output, command, measured)
     demo = build_app()
     launch(demo, warm_up=True, prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     while shared_models().warming:
         time.sleep(1)
-    settings, prompt = DecodeConfig(draft="head", max_new_tokens=64).to_dict(), default_prompt()  # as Explore opens
+    prompt = default_prompt()
     median_step_ms(settings, prompt)
     arms = {"gradio": GRADIO_POLL_S, "app": QUEUE_POLL_S}
     steps: dict[str, list[float]] = {name: [] for name in arms}
@@ -52,10 +56,7 @@ def main(pairs: int, output: str) -> None:
     demo.close()
     ratio = statistics.median(a / g for a, g in zip(steps["app"], steps["gradio"]))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    lines = [f"# command: .venv/bin/python scripts/measure_queue_poll.py {pairs} --out {output}",
-             f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {commit}; {describe_hardware()}",
-             f"# the default Explore configuration ({settings['draft']}, gamma {settings['gamma']}, {settings['max_new_tokens']} tokens) "
-             "decoded on the app's model thread while the app serves, idle; median step time of each run, prefill excluded",
+    lines = [command, f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {commit}; {describe_hardware()}", measured,
              *(f"{name} poll {arms[name]} s: " + ", ".join(f"{ms:.1f}" for ms in values) + f" ms (median {statistics.median(values):.1f})"
                for name, values in steps.items()),
              f"median of the pairs' step-time ratios, app / gradio: {ratio:.3f}"]

@@ -14,6 +14,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_steps import refuse_other_settings  # noqa: E402
+
 from specviz.analysis.suites import load_suite  # noqa: E402
 from specviz.models.loading import describe_hardware  # noqa: E402
 from specviz.runtime.bank import ModelBank  # noqa: E402
@@ -29,9 +31,12 @@ def decode_ms(config: DecodeConfig, prompt: str, bank: ModelBank, record: bool) 
 
 def main(per_category: int, output: str) -> None:
     bank, prompts = ModelBank(), [item["prompt"] for item in load_suite("all", per_category)]
-    lines = [f"# Cost of recording the verification\n\n{describe_hardware()}; offline preset, draft head, γ = 3, {TOKENS} new tokens, "
-             f"{len(prompts)} suite prompts, records on and off interleaved (rotated order), fastest of {ROUNDS} rounds each.\n",
-             "| decoding | median wall-time ratio, records on / off | min | max |", "|---|---|---|---|"]
+    settings = (f"offline preset, draft head, γ = 3, {TOKENS} new tokens, {len(prompts)} suite prompts, records on and off "
+                f"interleaved (rotated order), fastest of {ROUNDS} rounds each.")
+    reproduce = f"Reproduce: `.venv/bin/python scripts/measure_record_overhead.py {per_category} --out {output}`"
+    columns = "| decoding | median wall-time ratio, records on / off | min | max |"
+    refuse_other_settings(output, settings, columns, reproduce)
+    lines = [f"# Cost of recording the verification\n\n{describe_hardware()}; {settings}\n", columns, "|---|---|---|---|"]
     for mode, sampling in (("greedy", {}), ("sampled (T 0.8, top-p 0.9)", {"temperature": 0.8, "top_p": 0.9, "seed": 1})):
         config = DecodeConfig(draft="head", gamma=3, gamma_policy="fixed", max_new_tokens=TOKENS, **sampling)
         decode_ms(config, prompts[0], bank, True)  # warm-up
@@ -44,7 +49,7 @@ def main(per_category: int, output: str) -> None:
             ratios.append(best[True] / best[False])
         lines.append(f"| {mode} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} |")
         print(lines[-1], flush=True)
-    lines.append(f"\nReproduce: `.venv/bin/python scripts/measure_record_overhead.py {per_category} --out {output}`")
+    lines.append(f"\n{reproduce}")
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text("\n".join(lines) + "\n")
 

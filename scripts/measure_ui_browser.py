@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 sys.path.insert(0, str(ROOT))
 
+from bench_steps import refuse_other_settings  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from specviz.models.loading import describe_hardware  # noqa: E402
@@ -57,7 +58,17 @@ def cli_run(prompt: str, config: dict) -> dict:
     return json.loads(out.stdout)
 
 
+def settings_line(config: dict) -> str:
+    """The header line naming what a report measured: the default Explore run's settings."""
+    return (f"# a default Explore run (every control at its default: {re.sub(r'[{}]', '', json.dumps(config))}) in chromium "
+            "(headless), against `python -m specviz generate` with the same prompt and settings, interleaved; tokens/s are each "
+            "run's own metrics (new tokens / wall time incl. prefill); the ratio is the median of the rounds' ratios (a round's "
+            "two runs are close in time, so load from other processes affects both alike)")
+
+
 def main(rounds: int, output: str) -> None:
+    command = f"# command: .venv/bin/python scripts/measure_ui_browser.py {rounds} --out {output}"
+    refuse_other_settings(output, command)
     port = free_port()
     app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env={**os.environ, "PORT": str(port)},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -80,6 +91,7 @@ def main(rounds: int, output: str) -> None:
             config = warm["config"]
             cli_config = cli_run(prompt, config)["config"]
             assert cli_config == config, f"the CLI ran other settings: {cli_config} != {config}"
+            refuse_other_settings(output, settings_line(config))
             for i in range(rounds):
                 load = os.getloadavg()[0]
                 run = browser_run(page)
@@ -96,13 +108,10 @@ def main(rounds: int, output: str) -> None:
     ratio = statistics.median(b / c for b, c in zip(browser, cli))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "specviz"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    header = [f"# command: .venv/bin/python scripts/measure_ui_browser.py {rounds} --out {output}",
+    header = [command,
               f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; commit {commit}{' + uncommitted changes' if dirty else ''}; "
               f"{describe_hardware()}",
-              f"# a default Explore run (every control at its default: {re.sub(r'[{}]', '', json.dumps(config))}) in chromium "
-              "(headless), against `python -m specviz generate` with the same prompt and settings, interleaved; tokens/s are each "
-              "run's own metrics (new tokens / wall time incl. prefill); the ratio is the median of the rounds' ratios (a round's "
-              "two runs are close in time, so load from other processes affects both alike)",
+              settings_line(config),
               f"# prompt: {prompt}"]
     summary = (f"median browser {statistics.median(browser):.2f} tok/s, median CLI {statistics.median(cli):.2f} tok/s; "
                f"median browser / CLI ratio {ratio:.3f}; median headline {statistics.median(headline):.2f}× AR (the run against "

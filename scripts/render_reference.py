@@ -13,24 +13,30 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import inspect
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_steps import benchmark_steps, outputs  # noqa: E402
+from bench_steps import benchmark_steps, default_steps, outputs  # noqa: E402
 from render_tables import PAGES, render_pages  # noqa: E402
 from render_tables import markdown as table  # noqa: E402
 
 import specviz.cli as cli  # noqa: E402
+from specviz.analysis.theory import THEORY_KEYS, Level, insertion_report, run_theory  # noqa: E402
 from specviz.api.trace import Trace  # noqa: E402
 from specviz.bench.configs import CONFIG_SETS  # noqa: E402
+from specviz.core.acceptance import ExactRule  # noqa: E402
+from specviz.core.drafters import Drafter  # noqa: E402
 from specviz.core.env import ENV  # noqa: E402
 from specviz.core.metrics import METRICS, summarize  # noqa: E402
+from specviz.core.policy import LengthPolicy  # noqa: E402
 from specviz.core.record import LevelRecord, NodeRecord, StepEvent, TreeRecord, VerifyRecord  # noqa: E402
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Registry  # noqa: E402
 from specviz.models.paths import ASSETS  # noqa: E402
@@ -131,6 +137,35 @@ def default_preset_table() -> str:
             + "\n\n*Rendered from `DEFAULT_ORDER` (`specviz/models/presets.py`) by `scripts/render_reference.py`.*")
 
 
+PROTOCOLS = {"GAMMA_POLICIES": (GAMMA_POLICIES, LengthPolicy), "ACCEPT_RULES": (ACCEPT_RULES, ExactRule),
+             "DRAFTERS": (DRAFTERS, Drafter)}
+"""Each registry's base class: the protocol every class it registers follows."""
+
+
+def signature(name: str, fn: Callable) -> str:
+    params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
+    ret = inspect.signature(fn).return_annotation
+    returns = f" → {ret}" if ret not in (inspect.Signature.empty, "None") else ""
+    return f"{name}({', '.join(p.name for p in params)}){returns}"
+
+
+def protocols_table() -> str:
+    """Every public method a registry's base class defines, with its signature and its docstring's first sentence."""
+    rows = []
+    for name, (registry, base) in PROTOCOLS.items():
+        strays = [cls.__name__ for cls in registry.values() if not issubclass(cls, base)]
+        if strays:
+            raise SystemExit(f"render_reference: {name} registers {strays}, which do not derive from {base.__name__}")
+        for method, attr in vars(base).items():
+            fn = attr.__func__ if isinstance(attr, classmethod | staticmethod) else attr
+            if method.startswith("_") or not callable(fn):
+                continue
+            rows.append([code(name), f"{code(base.__name__)} ({code(inspect.getsourcefile(base).removeprefix(str(ROOT) + '/'))})",
+                         code(signature(method, fn)), first_sentence(inspect.getdoc(fn) or "") or "–"])
+    return (markdown(["registry", "base class", "method", "what it does (its docstring's first sentence)"], rows)
+            + "\n\n*Rendered from the registries' base classes by `scripts/render_reference.py`.*")
+
+
 def registry_table(registry: Registry, where: str) -> str:
     rows = [[code(e.name), ", ".join(code(config.option(p)) for p in e.params) or "–", e.description] for e in registry.entries()]
     return (markdown([registry.kind, "settings it reads", "what it does"], rows)
@@ -146,7 +181,8 @@ def bench_sets_table() -> str:
 
 # --- the JSON object ---------------------------------------------------------------------------------------------
 
-OWNERS = {"Trace": "specviz/api/trace.py", "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
+OWNERS = {"THEORY_KEYS": "specviz/analysis/theory.py", "Trace": "specviz/api/trace.py",
+          "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
           "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py"}
 
 
@@ -158,10 +194,14 @@ def keys_table(docs: dict[str, str], keys: set[str], owner: str) -> str:
         f"\n\n*Rendered from `{owner}` (`{OWNERS[owner.split('.')[0]]}`) by `scripts/render_reference.py`.*")
 
 
-def mentions(text: str, record: type, owner: str) -> None:
-    absent = [f.name for f in dataclasses.fields(record) if f"`{f.name}`" not in text]
+def mentions(text: str, keys: list[str], owner: str) -> None:
+    absent = [k for k in keys if f"`{k}`" not in text]
     if absent:
-        raise SystemExit(f"render_reference: {owner} does not describe {record.__name__}'s {absent}")
+        raise SystemExit(f"render_reference: {owner} does not describe {absent}")
+
+
+def fields(record: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(record)]
 
 
 def json_object() -> str:
@@ -170,19 +210,30 @@ def json_object() -> str:
 
 
 def json_step() -> str:
-    mentions(StepEvent.KEYS["extra"], LevelRecord, "StepEvent.KEYS['extra']")
+    mentions(StepEvent.KEYS["extra"], fields(LevelRecord), "StepEvent.KEYS['extra']")
     return keys_table(StepEvent.KEYS, StepEvent.json_keys()[1], "StepEvent.KEYS")
 
 
 def json_tree() -> str:
-    mentions(TreeRecord.KEYS["nodes"], NodeRecord, "TreeRecord.KEYS['nodes']")
+    mentions(TreeRecord.KEYS["nodes"], fields(NodeRecord), "TreeRecord.KEYS['nodes']")
     return keys_table(TreeRecord.KEYS, {f.name for f in dataclasses.fields(TreeRecord)}, "TreeRecord.KEYS")
+
+
+def json_theory() -> str:
+    """The ``theory`` block's keys, from a run of a target, an intermediate level and a draft (every key it can hold)."""
+    levels = [Level("target", "verify", 2, 2.0, [[2, 2]]), Level("mid", "verify", 2, 1.0, [[2, 1]]), Level("draft", "draft", 2, 1.0)]
+    step = SimpleNamespace(drafter="mid", draft_ids=[1], verify_ms=1.0, accepted=1, emitted_ids=[1, 2], total_ms=2.0,
+                           levels=[])
+    mentions(THEORY_KEYS["levels"], ["name", "role", "T_ms", "passes", "L", "predicted_passes", "beta"], "THEORY_KEYS['levels']")
+    mentions(THEORY_KEYS["acceptance"], [k for k in levels[0].acceptance_report() if k != "a"] + ["a"], "THEORY_KEYS['acceptance']")
+    mentions(THEORY_KEYS["insertions"], list(insertion_report(levels, 1, [1.0, 1.0], {"mid": 1.0})), "THEORY_KEYS['insertions']")
+    return keys_table(THEORY_KEYS, set(run_theory([step])), "THEORY_KEYS")
 
 
 # --- the package ------------------------------------------------------------------------------------------------
 
-def first_sentence(path: Path) -> str:
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+def first_sentence(doc: str) -> str:
+    """A docstring's first sentence, its Sphinx roles and double backticks as plain Markdown code."""
     text = " ".join(doc.split("\n\n")[0].split())
     match = re.match(r"(.+?[.!?])(\s|$)", text)
     return re.sub(r":(?:mod|class|func|meth|data):`~?([^`]+)`", r"`\1`", (match[1] if match else text)).replace("``", "`")
@@ -194,7 +245,7 @@ def layout_table() -> str:
     rows = []
     for path in sorted(package.rglob("*.py"), key=lambda p: (len(p.relative_to(package).parts) > 1, str(p))):
         if path.name != "__main__.py":
-            rows.append([code(path.relative_to(ROOT)), first_sentence(path)])
+            rows.append([code(path.relative_to(ROOT)), first_sentence(ast.get_docstring(ast.parse(path.read_text())) or "")])
     return markdown(["module", "what it holds (its docstring's first sentence)"], rows) + (
         "\n\n*Rendered from the modules' docstrings by `scripts/render_reference.py`.*")
 
@@ -209,10 +260,12 @@ def env_table() -> str:
 
 def benchmark_steps_table() -> str:
     steps, elsewhere = benchmark_steps()
-    rows = [[code(f"STEPS={name}"), ", ".join(code(o) for o in outputs(command)) or "–", code(command), ""]
+    default = default_steps()
+    rows = [[code(f"STEPS={name}"), "yes" if name in default else "no", ", ".join(code(o) for o in outputs(command)) or "–",
+             code(command), "rewrites a committed asset" if any(o.startswith("assets/") for o in outputs(command)) else ""]
             for name, command in steps.items()]
-    rows += [["elsewhere", code(glob), code(command), note] for glob, command, note in elsewhere]
-    return (markdown(["step", "writes", "command", "note"], rows)
+    rows += [["elsewhere", "", code(glob), code(command), note] for glob, command, note in elsewhere]
+    return (markdown(["step", "in `make bench-all`", "writes", "command", "note"], rows)
             + "\n\n*Rendered from `scripts/run_benchmarks.sh` (its steps and its `# elsewhere:` lines) by "
               "`scripts/render_reference.py`.*")
 
@@ -231,6 +284,8 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "json-step": json_step,
     "json-verify": lambda: keys_table(VerifyRecord.KEYS, {f.name for f in dataclasses.fields(VerifyRecord)}, "VerifyRecord.KEYS"),
     "json-tree": json_tree,
+    "json-theory": json_theory,
+    "protocols": protocols_table,
     "env": env_table,
     "layout": layout_table,
     "benchmark-steps": benchmark_steps_table,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Remakes, on this 2-core CPU, the result files that a CPU can remake: one step per result, and each step writes only
-# the files it names literally as results/... (through --out, > or tee). A step that measures the bundled draft `head`
+# the files it names literally as results/... or assets/... (through --out, > or tee). No step of the default set writes
+# under assets/: a step that rewrites a committed asset runs only when STEPS names it. A step that measures the bundled draft `head`
 # where a committed file's `head` rows measured head-v1 writes a file with an _eagle3 suffix, never the committed one
 # (and the judge step, whose committed results/judge.* used another judge head, writes results/judge_bundled).
 # Every file under results/ that no step writes is listed in the `# elsewhere:` block at the end, with the command
@@ -10,7 +11,7 @@
 #   STEPS="chains judge" scripts/run_benchmarks.sh   # the named steps, in that order
 #
 # Steps (* = in the default set) and what each writes:
-#   predictor*         assets/models/acceptance_predictor.json (python -m specviz fit-predictor)
+#   predictor          assets/models/acceptance_predictor.json (the committed predictor of --select; asked by name only)
 #   standard*          results/bench_eagle3 .csv .md
 #   all-prompts*       results/bench_all_prompts_eagle3 .csv .md
 #   heads*             results/heads .csv .md
@@ -33,14 +34,15 @@
 #   judge-eval         results/judge_eval.md (after `judge build` into .cache/judge/)
 #   ui                 results/ui_measure_eagle3.txt
 #   ui-browser         results/ui_browser_defaults.txt (needs chromium and playwright)
-#   queue-poll         results/ui_queue_poll.txt
+#   queue-poll         results/ui_queue_poll_defaults.txt (the Explore defaults of this checkout)
 #   load-test          results/load_test_eagle3.txt
 #   record-overhead    results/record_overhead_wall.md
 #   chain-advisor      results/chain_advisor.txt
 #   cuda-cpu           results/cuda/cpu_bf16_ties.md, results/cuda/cpu_fp32.md (random 135M-shape target, CPU)
 #
-# Run on a quiet machine: other CPU load distorts every timing. PER_CATEGORY, TOKENS, REPEATS, JUDGE_TOKENS and
-# PREDICTOR_PROMPTS change the settings of the default set's steps; the committed files used the defaults below.
+# Run on a quiet machine: other CPU load distorts every timing. PER_CATEGORY, TOKENS, REPEATS and JUDGE_TOKENS change
+# the settings of the default set's steps, PREDICTOR_PROMPTS the predictor step's; the committed files used the defaults
+# below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -48,7 +50,7 @@ PER_CATEGORY=${PER_CATEGORY:-2}
 TOKENS=${TOKENS:-64}
 REPEATS=${REPEATS:-2}
 JUDGE_TOKENS=${JUDGE_TOKENS:-48}
-STEPS=${STEPS:-"predictor standard all-prompts heads defaults cost-model policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
+STEPS=${STEPS:-"standard all-prompts heads defaults cost-model policies selection chains judge judge-confidence judge-head-draft judge-overhead"}
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 head_agreement() {  # prints the report: head-v1, the bundled head after its first run (commit a654e23) as head_v2, the bundled head
@@ -80,7 +82,7 @@ load_test_header() {  # the load test's command and this machine, as the first l
 
 for step in $STEPS; do
   case $step in
-    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" ;;
+    predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" --out assets/models/acceptance_predictor.json ;;
     standard) $PY -m specviz bench --configs standard --per-category "$PER_CATEGORY" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
       --out results/bench_eagle3 ;;
     all-prompts) $PY -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" \
@@ -111,7 +113,7 @@ for step in $STEPS; do
     judge-eval) $PY -m specviz judge build && $PY -m specviz judge eval --out results/judge_eval.md ;;
     ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure_eagle3.txt ;;
     ui-browser) $PY scripts/measure_ui_browser.py 6 --out results/ui_browser_defaults.txt ;;
-    queue-poll) $PY scripts/measure_queue_poll.py 8 --out results/ui_queue_poll.txt ;;
+    queue-poll) $PY scripts/measure_queue_poll.py 8 --out results/ui_queue_poll_defaults.txt ;;
     load-test) { load_test_header && $PY -m pytest -q -s tests/ui/test_load.py; } | tee results/load_test_eagle3.txt ;;
     record-overhead) $PY scripts/measure_record_overhead.py 2 --out results/record_overhead_wall.md ;;
     chain-advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
@@ -131,14 +133,15 @@ done
 # elsewhere: results/selection.* :: .venv/bin/python -m specviz bench --configs selection --per-category 2 --max-new-tokens 64 --repeats 2 --out results/selection :: 2026-11-24; its head is head-v1
 # elsewhere: results/judge_head_draft.* :: .venv/bin/python -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens 48 --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft :: 2026-11-24; its draft head is head-v1
 # elsewhere: results/judge.* :: .venv/bin/python -m specviz bench --configs judge --suite judge-eval --max-new-tokens 48 --out results/judge :: another x86_64 machine, 1 thread; with the paper's 577-parameter judge head (python -m specviz judge train --no-confidence) in place of the bundled one in assets/judges/
-# elsewhere: results/policy_sim_matches.json :: PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/simulate_policies.py record :: the script of commit 6e4b21f, which wrote this path; its draft head is head-v1
-# elsewhere: results/record_overhead.md :: .venv/bin/python scripts/measure_record_overhead.py :: the script of commit 18448c2, which wrote this path and timed decode time with the records built inside each step's timing; its draft head is head-v1
+# elsewhere: results/policy_sim_matches.json :: PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/simulate_policies.py record --out results/policy_sim_matches.json :: the script of commit 6e4b21f, which wrote this path without --out (the script of this checkout refuses to overwrite it); its draft head is head-v1
+# elsewhere: results/record_overhead.md :: .venv/bin/python scripts/measure_record_overhead.py 2 --out results/record_overhead.md :: the script of commit 18448c2, which wrote this path without --out (the script of this checkout refuses to overwrite it) and timed decode time with the records built inside each step's timing; its draft head is head-v1
 # elsewhere: results/ui_measure.txt :: .venv/bin/python scripts/measure_ui.py 6 > results/ui_measure.txt :: committed in 18448c2; its draft head is head-v1
-# elsewhere: results/ui_browser_measure.txt :: .venv/bin/python scripts/measure_ui_browser.py 9 results/ui_browser_measure.txt :: commit 8d745e5 + uncommitted changes (that code's redraw pacing and queue polling); other jobs on the cores
-# elsewhere: results/ui_browser_measure_queue.txt :: .venv/bin/python scripts/measure_ui_browser.py 10 results/ui_browser_measure_queue.txt :: commit c152549, whose defaults were head at fixed γ = 3
-# elsewhere: results/ui_browser_measure_quiet.txt :: .venv/bin/python scripts/measure_ui_browser.py 5 results/ui_browser_measure_quiet.txt :: commit 35f4fc7 (that code's queue polling)
+# elsewhere: results/ui_browser_measure.txt :: .venv/bin/python scripts/measure_ui_browser.py 9 --out results/ui_browser_measure.txt :: commit 8d745e5 + uncommitted changes (that code's redraw pacing and queue polling); other jobs on the cores
+# elsewhere: results/ui_browser_measure_queue.txt :: .venv/bin/python scripts/measure_ui_browser.py 10 --out results/ui_browser_measure_queue.txt :: commit c152549, whose defaults were head at fixed γ = 3
+# elsewhere: results/ui_browser_measure_quiet.txt :: .venv/bin/python scripts/measure_ui_browser.py 5 --out results/ui_browser_measure_quiet.txt :: commit 35f4fc7 (that code's queue polling)
+# elsewhere: results/ui_queue_poll.txt :: .venv/bin/python scripts/measure_queue_poll.py 8 --out results/ui_queue_poll.txt :: commit c152549, whose Explore defaults were head at fixed γ = 3; its header names the machine
 # elsewhere: results/load_test.txt :: HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/python -m pytest -q -s tests/ui/test_load.py > results/load_test.txt :: its output under a 3-line header; 2026-11-25; its draft head is head-v1
-# elsewhere: results/exactness_all.log :: SPECVIZ_EXACTNESS_LOG=results/exactness_all.log make test :: the exactness test as make test runs it, with its log; the header names the commit and machine
+# elsewhere: results/exactness_all.log :: SPECVIZ_EXACTNESS_LOG=results/exactness_all.log make test :: at commit 3b33f82, whose test ran all 48 suite prompts at one γ each (the test of this checkout runs 24, and refuses to overwrite this log); the header names the commit and machine
 # elsewhere: results/train_draft_s.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 96 --layers 2 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-s > results/train_draft_s.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23
 # elsewhere: results/train_draft_m.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 128 --layers 4 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-m > results/train_draft_m.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23
 # elsewhere: results/train_head_round1.log :: .venv/bin/python -m specviz.training.feature_head fit --minutes 30 --out assets/models/smollm2-head > results/train_head_round1.log 2>&1 :: head-v1's trainer (commit ee25f56); from scratch, shards 0-23
@@ -152,7 +155,7 @@ done
 # elsewhere: results/cuda/2026-11-26-nvidia-h200-2.* :: bash scripts/gpu_check.sh --test-seconds 200 :: a second lent H200; commit 6ce5b50 + uncommitted changes; written as 2026-11-26-nvidia-h200.* and renamed by hand
 # elsewhere: results/cuda/speed_bf16.* :: python scripts/measure_cuda.py --out results/cuda/speed_bf16 --exact-prompts 0 :: a lent H100
 # elsewhere: results/cuda/speed_bf16_fp32_one_round.* :: python scripts/measure_cuda.py --out results/cuda/speed_bf16_fp32_one_round --dtypes bfloat16,float32 --repeats 1 --exact-prompts 0 :: a lent H100
-# elsewhere: results/cuda/exactness_bf16_partial.log :: python scripts/measure_cuda.py --prompts 0 --exact-prompts 8 --exact-tokens 64 :: its printed exactness rows, bfloat16; a lent H100, stopped at the machine's 10-minute limit (results/cuda/README.md)
+# elsewhere: results/cuda/exactness_bf16_partial.log :: python scripts/measure_cuda.py --out out/exactness_bf16 --prompts 0 --exact-prompts 8 --exact-tokens 64 > results/cuda/exactness_bf16_partial.log :: its printed exactness rows (the script, which required no --out then, wrote no report), bfloat16; a lent H100, stopped at the machine's 10-minute limit (results/cuda/README.md)
 # elsewhere: results/cuda/pytest_cuda*.log :: SPECVIZ_TEST_DEVICE=cuda pytest tests/test_engine.py tests/test_lean.py tests/test_acceptance.py tests/test_chain.py tests/test_feature_head.py tests/test_policies.py :: a lent H100; pytest_cuda_rerun.log reran the files with failures after the tests' fixes
 # elsewhere: results/cuda/README.md :: written by hand :: what the lent H100's runs measured
 # elsewhere: results/engine_before_after.* :: .venv/bin/python scripts/engine_before_after.py --base 2a98449 --sets heads trees --per-category 1 --max-new-tokens 64 --out results/engine_before_after :: 2026-11-26, this CPU; the engine at 2a98449 against eb3fdd8 (one decode path), each in a worker of its own, interleaved

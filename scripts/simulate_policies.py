@@ -32,6 +32,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import torch
+from bench_steps import ROOT, committed
 
 from specviz.core.policy import Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
@@ -45,6 +46,9 @@ DEPTH, NEW_TOKENS = 10, 64
 
 @torch.inference_mode()
 def record(out: Path) -> None:
+    if committed(ROOT / out):
+        raise SystemExit(f"refusing to overwrite {out}: it is committed, and a matches file does not record which head made "
+                         "it; pass another --out")
     from specviz.analysis.suites import load_suite
     from specviz.core.sampling import Sampler
     from specviz.methods.predictor import AcceptancePredictor

@@ -81,6 +81,8 @@ def build_parser() -> Parser:
     c.add_argument("--top", type=int, default=3, help="how many of the best-ranked chains to run (≥ 1)")
     f = sub.add_parser("fit-predictor", help="fit the prompt-feature acceptance predictor used by --select")
     f.add_argument("--prompts", type=int, default=0, help="warm-up prompts to fit on (round-robin over categories; 0: all 24)")
+    f.add_argument("--out", type=Path, required=True,
+                   help="the file to write (the bundled one, read by --select: assets/models/acceptance_predictor.json)")
     return ap
 
 
@@ -140,7 +142,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 def cmd_fit_predictor(a: argparse.Namespace) -> int:
     from specviz.training.predictor_fit import fit_predictor
 
-    fit_predictor(a.prompts)
+    fit_predictor(a.prompts, a.out)
     return 0
 
 

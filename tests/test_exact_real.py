@@ -10,10 +10,12 @@ out the trees and the polybasic chain).
 
 SPECVIZ_EXACTNESS_LOG=PATH also writes a log: a header naming the settings, the commit (``git rev-parse HEAD``,
 marked when the work tree has uncommitted changes; "unknown" outside a git checkout) and the machine, then one line
-per prompt and a summary. Committed logs are written this way, so each says what code and hardware it covers."""
+per prompt and a summary. Committed logs are written this way, so each says what code and hardware it covers; a
+committed log whose settings line differs is not overwritten."""
 
 import os
 import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -26,6 +28,9 @@ from specviz.models.loading import describe_hardware
 from specviz.models.presets import PRESETS
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from bench_steps import refuse_other_settings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 N = 64
@@ -82,9 +87,11 @@ def exactness_log():
     if not LOG:
         yield None
         return
+    header = log_header()
+    refuse_other_settings(LOG, header.splitlines()[3])  # a committed log made with other settings stays
     counts = {"passed": 0, "failed": 0}
     with open(LOG, "w") as f:
-        f.write(log_header())
+        f.write(header)
         f.flush()
         yield f, counts
         f.write(f"# {counts['passed']} prompts passed, {counts['failed']} failed\n")

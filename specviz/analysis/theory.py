@@ -101,6 +101,23 @@ def levels_of(events: Sequence) -> list[Level] | None:
     return [target, *below]
 
 
+THEORY_KEYS = {
+    "levels": "one object per level, target first: `name`, `role` (`verify` or `draft`), `T_ms` (mean forward time), "
+              "`passes`, and `L` with `predicted_passes` for a verifying level or `beta` (drafting passes per verification) "
+              "for the drafting level",
+    "tokens": "tokens the run emitted",
+    "predicted_tokens_per_s": "Lemma 3.1's tokens/s from the run's own T_i and L_i",
+    "measured_tokens_per_s": "the decode's tokens/s (prefill excluded on both sides)",
+    "predicted_over_measured": "measured over predicted decode time",
+    "acceptance": "per verifying level, Theorem 3.3: the censored-MLE acceptance `a`, `mean_cap`, `mean_predicted` and "
+                  "`mean_measured`, `second_moment_predicted` and `second_moment_measured`, `pmf_predicted` and `pmf_measured`",
+    "insertions": "per intermediate level, Theorem 3.2: `inserted`, `below`, `T_new/T_i`, `L_new`, `L_i_after` and "
+                  "`L_i_break_even` (the acceptance length of the level above without this one, below which the insertion "
+                  "helps); with a reference run also `L_i_before` and `predicted_helps`",
+}
+"""What each key of :func:`run_theory`'s block holds (the docs render it)."""
+
+
 def run_theory(events: Sequence, reference_lengths: dict[str, float] | None = None) -> dict | None:
     """The ``theory`` block of a run: per-level T_i and L_i, Lemma 3.1's predicted against the measured
     decode tokens/s (prefill excluded on both sides), Theorem 3.3 per verifying level, and Theorem 3.2

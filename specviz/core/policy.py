@@ -71,6 +71,7 @@ class LengthPolicy:
         return cls(gamma)
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
+        """This step's γ for ``drafter`` after ``tokens``, with the policy's notes on the choice."""
         return Choice(self.gamma, {"policy": self.name, "gamma": self.gamma})
 
     def observe(self, outcome: Outcome) -> None:

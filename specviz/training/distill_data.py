@@ -23,6 +23,9 @@ from specviz.models.presets import GGUF_SOURCE
 
 RECIPE = ASSETS / "distill" / "recipe.json"
 
+SAMPLED = (0.9, 0.95)
+"""Temperature and top-p of what the target writes sampled (its self-written instructions)."""
+
 
 def build_instructions(n: int, seed: int, passages: list[str] = (), fresh: Callable[[str], bool] = lambda text: True) -> list[str]:
     """``n`` varied instructions from the recipe for which ``fresh`` holds; ``passages`` feed the summary templates."""
@@ -131,9 +134,9 @@ def generate_data(out: Path, n_prompts: int, batch: int, max_new: int, k: int, s
         enc = tok([chat(m) for m in messages], return_tensors="pt", padding=True, padding_side="left")
         rec = TopKRecorder(max(topk, 1))
         with torch.inference_mode():
-            seqs = target.generate(**enc, do_sample=sample, temperature=0.9 if sample else None, top_p=0.95 if sample else None,
-                                   top_k=None, max_new_tokens=new_tokens, logits_processor=LogitsProcessorList([rec]),
-                                   pad_token_id=tok.pad_token_id)
+            temperature, top_p = SAMPLED if sample else (None, None)
+            seqs = target.generate(**enc, do_sample=sample, temperature=temperature, top_p=top_p, top_k=None,
+                                   max_new_tokens=new_tokens, logits_processor=LogitsProcessorList([rec]), pad_token_id=tok.pad_token_id)
         gen, rows = seqs[:, enc.input_ids.shape[1]:].tolist(), []
         for r, g in enumerate(gen):
             n = g.index(tok.eos_token_id) + 1 if tok.eos_token_id in g else len(g)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import torch
 
@@ -15,9 +16,9 @@ from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 
 
-def fit_predictor(n_prompts: int = 0, max_new_tokens: int = 48, gamma: int = 4) -> AcceptancePredictor:
+def fit_predictor(n_prompts: int, out: Path, max_new_tokens: int = 48, gamma: int = 4) -> AcceptancePredictor:
     """Fit the prompt-feature acceptance predictor on the warm-up prompts (``n_prompts`` of them, all when 0)
-    and save it next to the drafts. They are hand-written like the suites, not drawn from the distillation
+    and save it to ``out`` (the bundled one is ``PREDICTOR_FILE``). They are hand-written like the suites, not drawn from the distillation
     recipe: on the recipe's own kind of instruction the drafts look better than on new text."""
     bank = ModelBank()
     prompts = [item["prompt"] for item in load_warmup(n_prompts)]
@@ -39,7 +40,7 @@ def fit_predictor(n_prompts: int = 0, max_new_tokens: int = 48, gamma: int = 4) 
                              "mean_abs_error": statistics.mean(abs(p - a) for p, a in zip(predicted, acceptance))}
         print(f"{name}: {meta['fit'][name]}", flush=True)
     predictor = AcceptancePredictor(weights, meta)
-    predictor.save()
+    predictor.save(out)
     return predictor
 
 

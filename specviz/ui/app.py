@@ -32,8 +32,10 @@ DEFAULT_CONCURRENCY = 4
 """Light handlers (settings checks, replay, theory plot) run concurrently."""
 QUEUE_POLL_S = (0.05, 0.1)
 """How often gradio's queue looks for new events and for progress to send while it waits: gradio's values on Windows.
-Elsewhere it polls every 1 and 10 ms, and each poll takes the GIL from the model thread between two tensor operations,
+Elsewhere it polls every GRADIO_POLL_S, and each poll takes the GIL from the model thread between two tensor operations,
 which slows every step of a decode the app serves (scripts/measure_queue_poll.py measures by how much)."""
+GRADIO_POLL_S = (0.001, 0.01)
+"""Gradio's own queue polling off Windows (seconds), which QUEUE_POLL_S replaces."""
 
 
 def model_status(models: Models | None = None) -> tuple:

@@ -55,6 +55,8 @@ PRIMARY = ("preset", "method", "draft", "gamma_policy", "gamma", "accept", "max_
 BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP = "after the run", "before the run", "skip"
 NO_CHART = gr.update(value=None)
 """A chart cleared for a new run (no figure to draw while the run starts)."""
+TOKENS = 64
+"""Explore's default max new tokens."""
 PAGE_SETTLE_S = 0.2
 """How long a run waits after clearing the page before a timed decode starts, so the browser's redraw of the cleared
 views does not share the cores with the decode's first steps."""
@@ -226,7 +228,7 @@ def replay_frames(speed: float, session: dict | None) -> Iterator[tuple]:
     view = ensure_session(session)["views"].get(VIEW)
     if not view or "spans" not in view:
         raise ConfigError("nothing to replay yet: finish a run or load a trace first")
-    speed = min(4.0, max(0.25, float(speed or 1)))
+    speed = min(max(SPEEDS), max(min(SPEEDS), float(speed or 1)))
     spans = [TokenSpan(*s) for s in view["spans"]]
     series = race_series(view)
     start, last_chart = time.perf_counter(), 0.0
@@ -291,7 +293,7 @@ def build_explore_tab(session: gr.State) -> SettingsForm:
             status = gr.HTML(status_html("Pick a prompt and press Run.", "info"), label="Status", elem_id="explore-status")
         with gr.Column(scale=2):
             form = SettingsForm("explore")
-            form.add(PRIMARY, max_new_tokens={"value": 64, "maximum": UI_MAX_NEW_TOKENS})
+            form.add(PRIMARY, max_new_tokens={"value": TOKENS, "maximum": UI_MAX_NEW_TOKENS})
             with gr.Accordion("Sampling (temperature, top-p, seed, chat template) and the target", open=False):
                 form.add(BASELINE_SETTINGS)
             with gr.Accordion("Polybasic chain, draft selection and more", open=False):

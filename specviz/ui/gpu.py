@@ -17,6 +17,10 @@ START_S_PER_TOKEN = 0.05
 """Seconds per generated token before anything was measured here: a 135M model step on a GPU that is launch-bound."""
 FIXED_S, MAX_S = 10.0, 120.0
 """Per call: loading to the device and prefill; and the most one call asks for."""
+MARGIN = 1.5
+"""The factor over the measured per-token time a call asks for."""
+DECAY = 0.7
+"""The weight of the old per-token time in the exponential average (the newest measurement gets the rest)."""
 
 _measured = {"s_per_token": None}
 _lock = threading.Lock()
@@ -28,13 +32,13 @@ def observe_speed(tokens: int, seconds: float) -> None:
         return
     with _lock:
         old = _measured["s_per_token"]
-        _measured["s_per_token"] = seconds / tokens if old is None else 0.7 * old + 0.3 * seconds / tokens
+        _measured["s_per_token"] = seconds / tokens if old is None else DECAY * old + (1 - DECAY) * seconds / tokens
 
 
 def decode_seconds(tokens: int, runs: int = 1) -> int:
     """GPU seconds to ask for ``runs`` decodes of ``tokens`` tokens each."""
     per_token = _measured["s_per_token"] or START_S_PER_TOKEN
-    return int(min(MAX_S, FIXED_S + 1.5 * per_token * tokens * runs))
+    return int(min(MAX_S, FIXED_S + MARGIN * per_token * tokens * runs))
 
 
 def _identity(fn: Callable | None = None, **_: Any) -> Callable:
