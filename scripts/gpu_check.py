@@ -42,6 +42,7 @@ from specviz.analysis.cost_model import predict_run  # noqa: E402
 from specviz.bench.harness import hf_assisted_generate  # noqa: E402
 from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
+from specviz.core.errors import first_line  # noqa: E402
 from specviz.core.policy import LengthPolicy  # noqa: E402
 from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
@@ -79,7 +80,7 @@ def guarded(section: str):
                 fn(*args, **kwargs)
             except Exception as exc:  # the report must say what broke, and go on
                 traceback.print_exc()
-                record(section, "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                record(section, "error", f"{type(exc).__name__}: {first_line(exc)[:200]}")
             record(section, "section seconds", round(time.perf_counter() - start, 1), "s")
         return run
     return wrap
@@ -386,7 +387,7 @@ def worker_calls(conn, n: int, tokens: list[int]) -> None:
             graphs = made[0].storage.stack.graphs
             conn.send((way, seconds, emitted(box), graphs.failure if graphs else None))
     except Exception as exc:  # the parent records it
-        conn.send(("error", 0.0, [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"))
+        conn.send(("error", 0.0, [], f"{type(exc).__name__}: {first_line(exc)[:200]}"))
     conn.close()
 
 
@@ -423,12 +424,6 @@ def zerogpu_worker(lengths: tuple[int, ...]) -> None:
             record("ZeroGPU worker", f"{n} tokens: {way}", round(len(ids) / seconds, 1), "tok/s", note)
 
 
-def unfused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """The lean forward's RMS norm before it took torch's fused CUDA kernel (transformers' formula, seven kernels)."""
-    h = x.float()
-    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
 @guarded("8B AR before/after")
 def ar_before_after(target: LoadedModel, n: int, rounds: int) -> None:
     """The engine's AR with graphs, its RMS norms as seven kernels (before) against torch's fused kernel (after), interleaved."""
@@ -437,7 +432,7 @@ def ar_before_after(target: LoadedModel, n: int, rounds: int) -> None:
     first = prompts(1, target.vocab_size, lengths=(128,))[0]
     capacity = len(first) + n + 1
     fused = lean.rms_norm
-    ways = {"before: RMS norms as seven kernels": unfused_rms_norm, "after: torch's fused RMS norm": fused}
+    ways = {"before: RMS norms as seven kernels": lean.hf_rms_norm, "after: torch's fused RMS norm": fused}
     times: dict[str, list[float]] = {k: [] for k in ways}
     outputs: dict[str, list[int]] = {}
     try:
@@ -459,7 +454,9 @@ def ar_before_after(target: LoadedModel, n: int, rounds: int) -> None:
         record("8B AR before/after", label, round(rate, 1), "tok/s", f"graphs recorded in each run; median of {rounds} interleaved rounds"
                + (f"; {rate / limit:.2f} of the bandwidth limit" if limit else ""))
     a, b = outputs.values()
-    record("8B AR before/after", "first difference between the two (bf16 rounding)", first_difference(a, b), "", "None: the same tokens")
+    d = first_difference(a, b)
+    record("8B AR before/after", "first difference between the two (bf16 rounding)", "none" if d is None else d, "",
+           "the same tokens" if d is None else "the index of the first token that differs")
 
 
 @guarded("8B AR profile")

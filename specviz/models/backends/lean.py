@@ -28,14 +28,17 @@ from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, Capture, Graphs
 from specviz.models.loaded import LoadedModel
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: normalise in float32, scale in the input dtype. On CUDA, torch's fused kernel (one
-    kernel in place of seven: at batch 1 a GPU step is counted in kernels, not bytes); it scales in float32, which
-    changes bf16 results by a rounding. On a CPU the formula stays transformers' own, so fp32 logits stay bitwise equal."""
-    if x.is_cuda:
-        return F.rms_norm(x, weight.shape, weight, eps)
+def hf_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalise in float32, scale in the input dtype."""
     h = x.float()
     return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """:func:`hf_rms_norm` on a CPU, so fp32 logits stay bitwise transformers'; on CUDA torch's fused kernel (one kernel
+    in place of seven: at batch 1 a GPU step is counted in kernels, not bytes), which scales in float32 and so changes
+    bf16 results by a rounding."""
+    return F.rms_norm(x, weight.shape, weight, eps) if x.is_cuda else hf_rms_norm(x, weight, eps)
 
 
 def fused(modules: list[torch.nn.Module], kernel: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
