@@ -21,7 +21,7 @@ from bench_steps import refuse_other_settings
 from transformers import DynamicCache
 
 from specviz.bench.harness import describe_machine
-from specviz.models.backends.cpu import PackedLinear, unpack_linears
+from specviz.models.backends.cpu import ROW_BUCKETS, pack_linears, unpack_linears
 from specviz.models.loading import load_model
 from specviz.models.presets import GGUF_SOURCE
 from specviz.runtime.bank import ModelBank
@@ -36,9 +36,7 @@ def main(reps: int, out: Path) -> None:
     refuse_other_settings(out, command, f"median of {reps} interleaved repetitions")
     torch.manual_seed(0)
     variants = {name: load_model(GGUF_SOURCE, name, dtype=torch.float32).model for name in (SHIPPED, "oneDNN-packed", "default")}
-    for m in variants["oneDNN-packed"].modules():
-        if isinstance(m, PackedLinear):
-            m.narrow_rows = 0
+    pack_linears(variants["oneDNN-packed"], ("packed",) * len(ROW_BUCKETS))
     unpack_linears(variants["default"])
     vocab = variants["default"].config.vocab_size
     context = torch.randint(0, vocab, (1, 100))

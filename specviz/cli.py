@@ -102,10 +102,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
     config, prompt, bank = config_from_args(a), read_prompt(a), ModelBank()
     run = prepare(config, prompt, bank)
-    trace = trace_of(prompt, run.plan, list(run.events()))
+    trace = trace_of(prompt, run.plan, list(run.events()), run.machine)
     if (a.trace_out or a.html) and config.method == "sd":  # a trace file holds its AR baseline
         ar = prepare(baseline_config(config), prompt, bank)
-        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()))
+        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()), ar.machine)
     for path, write in ((a.trace_out, trace.save), (a.html, trace.to_html)):
         if path is not None:
             try:

@@ -8,8 +8,17 @@ from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
 from specviz.core.policy import LengthPolicy
-from specviz.models.backends import cached_model
-from specviz.models.backends.cpu import PackedLinear, is_packed, pack_linears, unpack_linears
+from specviz.models.backends import cached_model, place
+from specviz.models.backends.cpu import (
+    ROW_BUCKETS,
+    PackedLinear,
+    bucket,
+    candidates,
+    fastest_exact,
+    is_packed,
+    pack_linears,
+    unpack_linears,
+)
 from specviz.models.loading import DRAFT_VOCAB_FILE, check_shared_vocab, load_model, read_draft_vocab, shared_vocab_size
 from specviz.models.paths import ASSETS
 from specviz.models.presets import OFFLINE_PRESET, PRESETS, resolve_draft, resolve_preset
@@ -138,8 +147,43 @@ def test_packed_linear_matches_the_default_kernel_for_every_row_count(rows, bias
         y = packed(x)
         assert y.shape == (1, rows, 80) and y.is_contiguous()  # the next layer's input takes the fast path
         assert torch.allclose(y, linear(x), atol=1e-5)
-        packed.narrow_rows = 0  # the oneDNN kernel alone
-        assert torch.allclose(packed(x), linear(x), atol=1e-5)
+        for kernel in candidates(bucket(rows)):  # every kernel a plan may name for this row count
+            packed.plan = (kernel,) * len(ROW_BUCKETS)
+            assert torch.allclose(packed(x), linear(x), atol=1e-5)
+
+
+def test_the_fastest_kernel_is_chosen_among_those_that_change_only_rounding():
+    seconds = {"narrow": [1.0, 1.1, 0.9], "packed": [2.0, 1.9, 2.1], "default": [3.0, 2.0, 3.0]}
+    assert fastest_exact(seconds, {"narrow": 1e-5, "packed": 1e-5, "default": 0.0}) == "narrow"
+    assert fastest_exact(seconds, {"narrow": 0.01, "packed": 1e-5, "default": 0.0}) == "packed"  # more than rounding
+    assert fastest_exact(seconds, {"narrow": 0.01, "packed": 0.5, "default": 0.0}) == "default"
+
+
+def test_the_tuned_plan_is_timed_once_per_machine_and_names_a_kernel_per_bucket(monkeypatch, tmp_path):
+    import torch
+
+    from specviz.models.backends import cpu
+
+    monkeypatch.setattr(cpu, "cache_dir", lambda: tmp_path)
+    lm, plain = (tiny_llama(vocab=96, hidden=64, layers=2, seed=0, init_std=0.2) for _ in range(2))
+    plan = cpu.tuned_plan("tiny", lm.model, reps=2)
+    assert len(plan) == len(ROW_BUCKETS) and all(k in candidates(i) for i, k in enumerate(plan))
+    pack_linears(lm.model, plan)
+    assert cpu.kernel_plan(lm.model) == dict(zip(["1", "2-4", "5-16", "17+"], plan)) and cpu.kernel_plan(plain.model) is None
+    remembered = json.loads((tmp_path / "cpu_kernels.json").read_text())
+    machine = [cpu.cpu_name(), f"{torch.get_num_threads()} threads", f"torch {torch.__version__}"]
+    assert [k.split(" | ")[1:] for k in remembered] == [machine]
+
+    def no_clock():
+        raise AssertionError("timed again")
+    monkeypatch.setattr(cpu.time, "perf_counter", no_clock)
+    assert cpu.tuned_plan("tiny", lm.model) == plan
+    again = tiny_llama(vocab=96, hidden=64, layers=2, seed=0, init_std=0.2)
+    place(again.model, "tiny", torch.device("cpu"), torch.float32)  # a later load: the remembered plan, packed
+    assert cpu.kernel_plan(again.model) == cpu.kernel_plan(lm.model)
+    ids = torch.tensor([[3, 5, 7, 9, 11]])
+    with torch.inference_mode():
+        torch.testing.assert_close(lm.model(ids).logits, plain.model(ids).logits, atol=1e-4, rtol=0)
 
 
 def test_packed_linears_round_like_the_default_kernel_and_stay_lossless():

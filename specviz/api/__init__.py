@@ -119,9 +119,9 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     with _api_names():
         config, models = _inputs(target, draft, tokenizer, settings)
         run = prepare(config, prompt, bank(), **models)
-    trace = trace_of(prompt, run.plan, list(run.events()))
+    trace = trace_of(prompt, run.plan, list(run.events()), run.machine)
     if baseline:
         with _api_names():
             ar = prepare(baseline_config(config), prompt, bank(), target=models["target"], tokenizer=models["tokenizer"])
-        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()))
+        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()), ar.machine)
     return trace

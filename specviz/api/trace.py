@@ -51,6 +51,7 @@ class Trace:
         "metrics": "the run's numbers (below)",
         "steps": "one object per step (below)",
         "theory": "the polybasic theory of the run (below); `null` when the drafter changed between steps (draft selection)",
+        "machine": "the CPU or GPU, threads and torch; on a CPU, the target's linear kernel per row count, timed on the machine",
     }
     """The keys of :meth:`to_json`, the CLI's ``--json`` object (the docs render this table)."""
 
@@ -64,13 +65,13 @@ class Trace:
     def to_json(self) -> dict:
         """The CLI's ``--json`` object."""
         return {"text": self.text, "token_ids": self.token_ids, "config": self.config.to_dict(), "metrics": self.metrics,
-                "steps": [e.to_dict() for e in self.steps], "theory": self.theory}
+                "steps": [e.to_dict() for e in self.steps], "theory": self.theory, "machine": self.machine}
 
     def to_dict(self) -> dict:
         """The trace file's content: the ``--json`` object plus the prompt, the models, the machine, the token texts,
         the spans and the baseline, under a format name and version."""
         return {"format": TRACE_FORMAT, "version": TRACE_VERSION, "prompt": self.prompt, "models": self.models,
-                "machine": self.machine, **self.to_json(), "pieces": {str(k): v for k, v in self.pieces.items()},
+                **self.to_json(), "pieces": {str(k): v for k, v in self.pieces.items()},
                 "spans": [astuple(s) for s in self.spans], "baseline": self.baseline.to_dict() if self.baseline else None}
 
     def save(self, path: str | Path) -> Path:
@@ -162,13 +163,14 @@ def check_trace(data: Any) -> dict:
     return data
 
 
-def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent]) -> Trace:
-    """The Trace of a run's events (``plan``: a prepared run's ``plan``, or ``runtime.prepare.plan``'s)."""
+def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent], machine: str | None = None) -> Trace:
+    """The Trace of a run's events (``plan``: a prepared run's ``plan``, or ``runtime.prepare.plan``'s; ``machine``: the
+    prepared run's, else this process's hardware)."""
     result = result_of(plan, list(events))
     spans = TraceBuilder(plan.tokenizer, plan.prompt_ids).add_all(events)
     models = {"target": plan.target, "drafters": sorted({e.drafter for e in events if e.draft_ids})}
     return Trace(prompt, plan.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans,
-                 token_pieces(plan.tokenizer, events), models, describe_hardware())
+                 token_pieces(plan.tokenizer, events), models, machine or describe_hardware())
 
 
 def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import platform
-import re
 import shutil
 import threading
 from pathlib import Path
@@ -19,6 +17,7 @@ import torch
 from specviz.core.env import env_flag
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.models.backends import place
+from specviz.models.backends.cpu import cpu_name, kernel_plan
 from specviz.models.loaded import LoadedModel
 from specviz.models.paths import cache_dir
 from specviz.models.presets import GGUF_FILE, GGUF_SOURCE, OFFLINE_PRESET
@@ -34,22 +33,16 @@ def pick_device() -> torch.device:
 
 def describe_hardware() -> str:
     """The GPU, or the CPU model with the ISA features that decide whether bf16 pays off; threads and torch."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        text = cpuinfo.read_text()
-        name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-        flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split())
-        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-        cpu = f"{name[1].strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX2'})"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
     return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
-
-
-
-
+def describe_run_machine(model: torch.nn.Module) -> str:
+    """:func:`describe_hardware`, and on a CPU the linear kernel the target ``model`` runs per row count (timed on this
+    machine: ``specviz.models.backends.cpu.tuned_plan``)."""
+    plan = kernel_plan(model)
+    kernels = "; linear kernels by rows: " + ", ".join(f"{rows} {kernel}" for rows, kernel in plan.items()) if plan else ""
+    return describe_hardware() + kernels
 
 
 def _gguf_dir() -> Path:

@@ -24,7 +24,7 @@ from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
 from specviz.models.loaded import LoadedModel
-from specviz.models.loading import check_shared_vocab, shared_vocab_size
+from specviz.models.loading import check_shared_vocab, describe_run_machine, shared_vocab_size
 from specviz.models.presets import Preset, check_access, resolve_draft, resolve_preset
 from specviz.models.prompts import encode_prompt, stop_ids_of
 from specviz.runtime.bank import ModelBank
@@ -94,6 +94,11 @@ class PreparedRun:
     @property
     def plan(self) -> RunPlan:
         return RunPlan(self.config, self.tokenizer, self.prompt_ids, self.target.name)
+
+    @property
+    def machine(self) -> str:
+        """The hardware, threads and torch, and on a CPU the target's linear kernel per row count."""
+        return describe_run_machine(self.target.lm.model)
 
     def events(self, record: bool = True) -> Iterator[StepEvent]:
         """The decode's steps; without ``record`` they leave out what only the views read (see ``decode``)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from specviz.core.cache import CachedModel
-from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears
+from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears, tuned_plan
 from specviz.models.backends.graphs import cuda_capture
 from specviz.models.backends.lean import LeanStorage
 from specviz.models.loaded import LoadedModel
@@ -26,7 +26,7 @@ def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.
         dtype = torch.bfloat16 if device.type == "cuda" else fastest_cpu_dtype(path, model)
     model.to(device=device, dtype=dtype)
     if device.type == "cpu" and dtype == torch.float32:
-        pack_linears(model)
+        pack_linears(model, tuned_plan(path, model))
 
 
 def supports_lean(lm: LoadedModel) -> bool:

@@ -1,42 +1,63 @@
-"""CPU kernels: the narrow GEMM for target forwards of a few rows, oneDNN prepacking, weight-only int8 matmuls
-for bf16 drafts, and the per-model fp32/bf16 autotune. Nothing here changes what a model computes beyond rounding."""
+"""CPU kernels: the narrow GEMM for target forwards of a few rows, oneDNN prepacking and transformers' own
+``F.linear``, chosen per row count by timing them on the machine; weight-only int8 matmuls for bf16 drafts, and the
+per-model fp32/bf16 autotune. Nothing here changes what a model computes beyond rounding."""
 
 from __future__ import annotations
 
 import json
+import platform
+import re
+import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from specviz.models.paths import cache_dir
 
+KERNELS = ("narrow", "packed", "default")
+"""The fp32 CPU linear kernels: ``narrow``, MKL's GEMM with the weight as the left operand and the rows, padded to an even
+count, as 2 or 4 columns (4 rows at most); ``packed``, the weight reordered once into oneDNN's blocked layout;
+``default``, ``torch.nn.functional.linear``, what transformers runs. They differ by rounding only."""
+ROW_BUCKETS = (1, 4, 16, 64)
+"""The row counts a kernel plan names a kernel for: 1, 2–4, 5–16 and more (prefills); each bucket is timed at its bound."""
+SHIPPED_PLAN = ("narrow", "narrow", "packed", "packed")
+"""The plan measured fastest on a 2-core EPYC (``results/linear_kernels.md``); :func:`tuned_plan` measures each machine's."""
+
+
+def bucket(rows: int) -> int:
+    """The index in :data:`ROW_BUCKETS` of a forward of ``rows`` rows."""
+    return next((i for i, top in enumerate(ROW_BUCKETS[:-1]) if rows <= top), len(ROW_BUCKETS) - 1)
+
+
+def candidates(index: int) -> tuple[str, ...]:
+    """The kernels that can serve bucket ``index`` (the narrow GEMM takes 4 rows at most)."""
+    return KERNELS if ROW_BUCKETS[index] <= 4 else KERNELS[1:]
+
 
 class PackedLinear(torch.nn.Module):
-    """A CPU fp32 linear layer with the kernel that measured fastest for the number of rows it is given.
+    """A CPU fp32 linear layer that runs, for each count of rows it is given, the kernel its ``plan`` names for that
+    count's bucket (:data:`ROW_BUCKETS`, :data:`KERNELS`). ``scripts/measure_linear_kernels.py`` times them
+    (``results/linear_kernels.md``). ``weight`` stays the module's parameter (tied weights stay tied); an input of
+    another dtype, after a ``.to()``, uses it directly."""
 
-    Up to :attr:`narrow_rows` rows (a plain step, or a verify with γ <= 3) it is MKL's GEMM with the weight as
-    the left operand and the rows, padded to an even count, as 2 or 4 columns, which measured cheaper than any
-    1-row kernel and about as cheap for 4 rows as for 2. More rows (prefill, long verifies) use the weight
-    reordered once into oneDNN's blocked layout, which beat transformers' default (MKL ``x @ W.T``) there.
-    ``scripts/measure_linear_kernels.py`` times all three (``results/linear_kernels.md``). The kernels differ from
-    the default by rounding only (~1e-4 in the logits). ``weight`` stays the module's parameter (tied weights
-    stay tied); an input of another dtype, after a ``.to()``, uses it directly."""
-
-    narrow_rows = 4
-
-    def __init__(self, linear: torch.nn.Linear):
+    def __init__(self, linear: torch.nn.Linear, plan: tuple[str, ...] = SHIPPED_PLAN):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self.packed = linear.weight.detach().float().to_mkldnn()
+        self.plan = plan
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or self.weight.dtype != torch.float32:
             return torch.nn.functional.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features)
         n = rows.shape[0]
-        if n <= self.narrow_rows:
+        kernel = self.plan[bucket(n)]
+        if kernel == "default":
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        if kernel == "narrow":
             # cat always copies: MKL's fast path wants the columns in a fresh contiguous buffer, and the
             # output is made contiguous so the next layer's input is too (strided inputs take a slow path).
             columns = torch.cat([rows, rows[: n % 2]]).t()
@@ -47,14 +68,17 @@ class PackedLinear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def pack_linears(model: torch.nn.Module) -> None:
-    """Swap every ``nn.Linear`` of an fp32 CPU model for a :class:`PackedLinear` (no-op without oneDNN)."""
+def pack_linears(model: torch.nn.Module, plan: tuple[str, ...] = SHIPPED_PLAN) -> None:
+    """Swap every ``nn.Linear`` of an fp32 CPU model for a :class:`PackedLinear` running ``plan`` (no-op without
+    oneDNN); an already packed model takes the new plan."""
     if not torch.backends.mkldnn.is_available():
         return
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(module, name, PackedLinear(child))
+                setattr(module, name, PackedLinear(child, plan))
+            elif isinstance(child, PackedLinear):
+                child.plan = plan
 
 
 def unpack_linears(model: torch.nn.Module) -> None:
@@ -68,6 +92,76 @@ def unpack_linears(model: torch.nn.Module) -> None:
 
 def is_packed(model: torch.nn.Module) -> bool:
     return any(isinstance(m, PackedLinear) for m in model.modules())
+
+
+def kernel_plan(model: torch.nn.Module) -> dict[str, str] | None:
+    """The kernel per row count of a packed model ("1", "2-4", "5-16", "17+"), None if it is not packed."""
+    plan = next((m.plan for m in model.modules() if isinstance(m, PackedLinear)), None)
+    if plan is None:
+        return None
+    names = [f"{lo}-{hi}" if lo < hi else str(hi) for lo, hi in zip((1, *(b + 1 for b in ROW_BUCKETS[:-2])), ROW_BUCKETS[:-1])]
+    return dict(zip([*names, f"{ROW_BUCKETS[-2] + 1}+"], plan))
+
+
+def cpu_name() -> str:
+    """The CPU's model name with the ISA features that decide the kernels and whether bf16 pays off."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return platform.processor() or platform.machine()
+    text = cpuinfo.read_text()
+    name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = set((re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split())
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name[1].strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX2'})"
+
+
+ROUNDING = 1e-3
+"""The largest logit difference from the default kernel a candidate may show (the kernels measured ~1e-4): a kernel that
+changes more than rounding is never chosen."""
+
+
+def fastest_exact(seconds: dict[str, list[float]], gaps: dict[str, float]) -> str:
+    """The kernel with the least median time among those whose largest logit difference from the default kernel
+    (``gaps``) is within :data:`ROUNDING`."""
+    return min((k for k in seconds if gaps[k] <= ROUNDING), key=lambda k: statistics.median(seconds[k]))
+
+
+@torch.inference_mode()
+def tuned_plan(path: str, model: torch.nn.Module, reps: int = 5) -> tuple[str, ...]:
+    """The fastest kernel per row bucket for the fp32 CPU ``model`` (loaded from ``path``), timed on this machine: a
+    cached forward of each bucket's rows after a 100-token context, every candidate of :func:`candidates` against
+    ``F.linear``, the median of ``reps`` interleaved repetitions. Remembered per model, CPU, thread count and torch
+    version, so the timing runs once per machine. The model is left packed, with no particular plan: give it the one
+    returned (``pack_linears``)."""
+    from transformers import DynamicCache
+
+    memo = cache_dir() / "cpu_kernels.json"
+    table = json.loads(memo.read_text()) if memo.exists() else {}
+    key = f"{path} | {cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__}"
+    if key in table:
+        return tuple(table[key])
+    plan = list(SHIPPED_PLAN)
+    pack_linears(model, tuple(plan))
+    generator = torch.Generator().manual_seed(0)
+    cache = DynamicCache(config=model.config)
+    model(torch.randint(0, model.config.vocab_size, (1, 100), generator=generator), past_key_values=cache, logits_to_keep=1)
+    for i, rows in enumerate(ROW_BUCKETS):
+        ids = torch.randint(0, model.config.vocab_size, (1, rows), generator=generator)
+        seconds: dict[str, list[float]] = {k: [] for k in candidates(i)}
+        logits: dict[str, torch.Tensor] = {}
+        for rep in range(reps + 1):  # the first repetition warms up
+            for kernel in seconds:
+                pack_linears(model, tuple(plan[:i] + [kernel] + plan[i + 1:]))
+                start = time.perf_counter()
+                logits[kernel] = model(ids, past_key_values=cache, logits_to_keep=rows).logits
+                if rep:
+                    seconds[kernel].append(time.perf_counter() - start)
+                cache.crop(-rows)
+        plan[i] = fastest_exact(seconds, {k: (logits[k] - logits["default"]).abs().max().item() for k in seconds})
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    table[key] = plan
+    memo.write_text(json.dumps(table, indent=1))
+    return tuple(plan)
 
 
 def fastest_cpu_dtype(path: str, model: torch.nn.Module) -> torch.dtype:
