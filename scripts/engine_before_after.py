@@ -70,7 +70,7 @@ class Worker:
 
 def configs(sets: list[str], max_new_tokens: int) -> dict[str, dict]:
     """The engine rows of the bench sets (transformers' assisted generation is no engine), by label."""
-    rows = [c for name in sets for c in CONFIG_SETS[name](max_new_tokens) if not c.hf_assisted]
+    rows = [c for name in sets for c in CONFIG_SETS[name](max_new_tokens) if not c.transformers]
     return {c.label: asdict(c.decode) for c in rows}
 
 

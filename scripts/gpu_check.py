@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.analysis.cost_model import predict_run  # noqa: E402
-from specviz.bench.harness import hf_assisted_generate  # noqa: E402
+from specviz.bench.harness import hf_generate  # noqa: E402
 from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.errors import first_line  # noqa: E402
@@ -356,7 +356,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         note = (f"predicted {predicted:.2f}× (realized ÷ predicted {speedup / predicted:.2f}); {accepted:.0%} of drafts accepted; "
                 f"{tokens} tokens, {'the same as' if emitted(events[label]) == emitted(events['ar']) else 'not all equal to'} AR's")
         if tree == CHAIN:
-            hf = statistics.median(timed(lambda gamma=gamma: hf_assisted_generate(target.model, draft.model, prompt, gamma, n, []))
+            hf = statistics.median(timed(lambda gamma=gamma: hf_generate(target.model, draft.model, prompt, gamma, n, []))
                                    for _ in range(rounds))
             note += f"; {hf / statistics.median(seconds[label]):.2f}× transformers' assisted generation (same draft and γ)"
         record("8B accepted draft", f"SD {label}: realized speedup over the engine's AR", round(speedup, 2), "×", note)

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from specviz.bench.harness import hf_assisted_generate, rotations
+from specviz.bench.harness import hf_generate, rotations
 from specviz.bench.report import markdown
 from specviz.core.cache import CachedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
@@ -144,7 +144,7 @@ def timed_configs(pair: Pair, gamma: int) -> dict:
         return run
 
     def assisted(name):
-        return lambda prompt, n: (*hf_assisted_generate(pair.target.model, pair.drafts[name].model, prompt, gamma, n, []), None)
+        return lambda prompt, n: (*hf_generate(pair.target.model, pair.drafts[name].model, prompt, gamma, n, []), None)
 
     return {
         "hf generate (AR)": (lambda prompt, n: (*pair.generate(prompt, n), None), None),

@@ -7,9 +7,10 @@ import math
 import pytest
 
 from specviz.bench.configs import CONFIG_SETS, BenchConfig, head_configs
-from specviz.bench.harness import fastest_runs, hf_assisted_generate, rotations
+from specviz.bench.harness import fastest_runs, hf_generate, rotations
 from specviz.bench.report import markdown, peer_table, summary_table, theory_columns, write_results
 from specviz.runtime.config import DecodeConfig
+from tests.conftest import tiny_llama
 from tests.test_engine import PROMPTS, reference
 
 NAN = float("nan")
@@ -94,9 +95,9 @@ def test_config_sets_have_unique_labels_and_valid_configs(name):
 @pytest.mark.parametrize("name", sorted(set(CONFIG_SETS) - {"judge", "judge-head"}))
 def test_config_sets_put_ar_first_and_only_once(name):
     configs = CONFIG_SETS[name](48)
-    assert configs[0].label == "ar" and configs[0].decode.method == "ar" and not configs[0].hf_assisted
-    # a later AR row only as the same target in another dtype (the standard set's bf16 rows)
-    assert all(c.decode.method == "sd" or c.decode.dtype != configs[0].decode.dtype for c in configs[1:])
+    assert configs[0].label == "ar" and configs[0].decode.method == "ar" and not configs[0].transformers
+    # a later AR row only as the same target in another dtype (the standard set's bf16 rows) or as transformers' generate
+    assert all(c.decode.method == "sd" or c.transformers or c.decode.dtype != configs[0].decode.dtype for c in configs[1:])
 
 
 @pytest.mark.parametrize("name, draft", [("judge", "draft-s"), ("judge-head", "head")])
@@ -141,7 +142,7 @@ def test_peer_table_pairs_engine_rows_with_assisted_generation_on_the_same_draft
         return DecodeConfig(**{"method": "sd", "draft": "draft-s", "gamma": 4, "gamma_policy": "fixed", **kw})
 
     configs = [BenchConfig("ar", DecodeConfig(method="ar")), BenchConfig("sd", sd()),
-               BenchConfig("hf", sd(), hf_assisted=True), BenchConfig("sd γ=2", sd(gamma=2)),
+               BenchConfig("hf", sd(), transformers=True), BenchConfig("sd γ=2", sd(gamma=2)),
                BenchConfig("sd full", sd(full_draft_vocab=True)), BenchConfig("sd bf16", sd(dtype="bfloat16"))]
     rows = ROWS + [bench_row(label, pid, 1.0, 1.0, category="math" if pid == "p3" else "chat")
                    for label in ("sd γ=2", "sd full", "sd bf16") for pid in ("p1", "p2", "p3")]
@@ -189,7 +190,25 @@ def test_fastest_runs_keeps_each_configurations_least_disturbed_run(monkeypatch)
 
 def test_the_assisted_generation_peer_is_greedy_generate_with_a_constant_gamma(tiny_target, tiny_draft):
     for prompt in PROMPTS:
-        ids, wall = hf_assisted_generate(tiny_target.model, tiny_draft.model, prompt, 3, 20, [])
+        ids, wall = hf_generate(tiny_target.model, tiny_draft.model, prompt, 3, 20, [])
         assert ids == reference(tiny_target, prompt, 20) and wall > 0
     config = tiny_draft.model.generation_config
     assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == (3, "constant")
+
+
+def test_the_generate_peer_without_a_draft_is_plain_greedy_generate_on_stock_linears(tiny_target):
+    import torch
+
+    from specviz.models.backends.cpu import PackedLinear, is_packed, pack_linears, stock_linears
+
+    model = tiny_llama(vocab=96, hidden=64, layers=2, seed=0, init_std=0.2).model
+    pack_linears(model)
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    with stock_linears(model):
+        assert not is_packed(model)  # transformers' own kernels while the peer runs
+        ids, wall = hf_generate(tiny_target.model, None, PROMPTS[0], 3, 20, [])
+    assert ids == reference(tiny_target, PROMPTS[0], 20) and wall > 0
+    assert [m for m in model.modules() if isinstance(m, PackedLinear)] == packed  # the same packed layers, put back
+    with pytest.raises(RuntimeError), stock_linears(model):
+        raise RuntimeError("a failing peer")
+    assert is_packed(model) and torch.is_tensor(packed[0].packed)

@@ -18,25 +18,28 @@ BENCH_GAMMA = 3
 
 @dataclass
 class BenchConfig:
-    """A row of the benchmark: an engine configuration or transformers' assisted generation."""
+    """A row of the benchmark: an engine configuration, or with ``transformers`` transformers' own ``generate`` on the
+    same models with their stock linear kernels (assisted generation when the configuration drafts)."""
 
     label: str
     decode: DecodeConfig
-    hf_assisted: bool = False
+    transformers: bool = False
     extra: dict = field(default_factory=dict)
     quality: bool = False  # also score the output: the target's log-likelihood of it
 
 
 def standard_configs(max_new_tokens: int, gamma: int = BENCH_GAMMA) -> list[BenchConfig]:
     """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head),
-    transformers' assisted generation on the same draft models, and the same target in bfloat16 (faster where the
+    transformers' ``generate`` and its assisted generation on the same models, and the same target in bfloat16 (faster where the
     CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
     def sd(draft: str, dtype: str = "auto", full_draft_vocab: bool = False) -> DecodeConfig:
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy="fixed", max_new_tokens=max_new_tokens, dtype=dtype,
                             full_draft_vocab=full_draft_vocab)
 
+    ar = DecodeConfig(method="ar", max_new_tokens=max_new_tokens)
     return [
-        BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+        BenchConfig("ar", ar, extra={"peer": "hf-generate"}),
+        BenchConfig("hf-generate", ar, transformers=True),
         BenchConfig(f"sd draft-s γ={gamma}", sd("draft-s")),
         BenchConfig(f"sd draft-m γ={gamma}", sd("draft-m")),
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
@@ -44,8 +47,8 @@ def standard_configs(max_new_tokens: int, gamma: int = BENCH_GAMMA) -> list[Benc
         BenchConfig("sd head γ=2", replace(sd("head"), gamma=2)),
         BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
         BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
-        BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), hf_assisted=True),
-        BenchConfig(f"hf-assisted draft-m γ={gamma}", sd("draft-m"), hf_assisted=True),
+        BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), transformers=True),
+        BenchConfig(f"hf-assisted draft-m γ={gamma}", sd("draft-m"), transformers=True),
         BenchConfig("ar, bf16 target", DecodeConfig(method="ar", max_new_tokens=max_new_tokens, dtype="bfloat16")),
         BenchConfig(f"sd draft-m γ={gamma}, bf16 target", sd("draft-m", "bfloat16")),
         BenchConfig(f"sd ngram γ={gamma}, bf16 target", sd("ngram", "bfloat16")),
@@ -86,8 +89,10 @@ def chain_configs(max_new_tokens: int, mu: int = BENCH_GAMMA, level_gamma: int =
         return DecodeConfig(method="sd", chain=list(names), gamma=mu, gamma_policy="fixed", level_gamma=level_gamma,
                             max_new_tokens=max_new_tokens)
 
+    ar = DecodeConfig(method="ar", max_new_tokens=max_new_tokens)
     return [
-        BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)),
+        BenchConfig("ar", ar, extra={"peer": "hf-generate"}),
+        BenchConfig("hf-generate", ar, transformers=True),
         BenchConfig("ngram", sd("ngram")), BenchConfig("draft-s", sd("draft-s")), BenchConfig("draft-m", sd("draft-m")),
         BenchConfig("ngram→draft-s", chain("ngram", "draft-s"), extra={"base": "ngram"}),
         BenchConfig("ngram→draft-m", chain("ngram", "draft-m"), extra={"base": "ngram"}),

@@ -16,7 +16,7 @@ from specviz.bench.configs import CONFIG_SETS, BenchConfig
 from specviz.bench.report import theory_columns, write_results
 from specviz.core.metrics import summarize
 from specviz.core.timing import Stopwatch
-from specviz.models.backends.cpu import is_packed
+from specviz.models.backends.cpu import is_packed, stock_linears
 from specviz.models.loading import describe_hardware
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.prepare import prepare
@@ -34,30 +34,35 @@ def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
 
 
 @torch.inference_mode()
-def hf_assisted_generate(target: torch.nn.Module, draft: torch.nn.Module, prompt_ids: list[int], gamma: int,
-                         max_new_tokens: int, stop_ids: list[int]) -> tuple[list[int], float]:
-    """transformers' own assisted generation (greedy, constant γ set on the assistant's generation_config):
-    the new ids and the wall seconds, measured after the GPU (if any) has finished."""
-    gc = draft.generation_config
-    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
+def hf_generate(target: torch.nn.Module, draft: torch.nn.Module | None, prompt_ids: list[int], gamma: int,
+                max_new_tokens: int, stop_ids: list[int]) -> tuple[list[int], float]:
+    """transformers' own greedy ``generate``, assisted by ``draft`` at a constant γ (set on the assistant's
+    generation_config) unless it is None: the new ids and the wall seconds, measured after the GPU (if any) has finished."""
+    assisted = {}
+    if draft is not None:
+        gc = draft.generation_config
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
+        assisted = {"assistant_model": draft}
     ids = torch.tensor([prompt_ids], device=target.device)
     watch = Stopwatch(target.device)
     start = watch.mark()
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
-                          max_new_tokens=max_new_tokens, eos_token_id=stop_ids or None, pad_token_id=(stop_ids or [0])[0])
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                          eos_token_id=stop_ids or None, pad_token_id=(stop_ids or [0])[0], **assisted)
     return out[0, ids.shape[1]:].tolist(), watch.seconds(start, watch.mark())
 
 
-def run_hf_assisted(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
-    """The peer row: :func:`hf_assisted_generate` on the pair and γ of ``cfg``."""
+def run_transformers(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
+    """A peer row: :func:`hf_generate` on the target (and the draft and γ) of ``cfg``, with transformers' own linear
+    kernels, as a user of transformers runs it."""
     run = prepare(cfg.decode, prompt, bank)
-    new, wall = hf_assisted_generate(run.target.lm.model, run.drafters[0].model.lm.model, run.prompt_ids, cfg.decode.gamma,
-                                     cfg.decode.max_new_tokens, run.stop_ids)
+    draft = run.drafters[0].model.lm.model if run.drafters else None
+    with stock_linears(run.target.lm.model, *([draft] if draft is not None else [])):
+        new, wall = hf_generate(run.target.lm.model, draft, run.prompt_ids, cfg.decode.gamma, cfg.decode.max_new_tokens, run.stop_ids)
     return {"new_tokens": len(new), "wall_s": wall, "tokens_per_s": len(new) / wall, "token_ids": new}
 
 
 def run_one(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
-    return (run_hf_assisted if cfg.hf_assisted else run_engine)(cfg, prompt, bank)
+    return (run_transformers if cfg.transformers else run_engine)(cfg, prompt, bank)
 
 
 def rotations(configs: list[BenchConfig], prompt_index: int, repeats: int) -> list[list[BenchConfig]]:

@@ -9,7 +9,8 @@ import platform
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -81,13 +82,34 @@ def pack_linears(model: torch.nn.Module, plan: tuple[str, ...] = SHIPPED_PLAN) -
                 child.plan = plan
 
 
+def _plain(packed: PackedLinear) -> torch.nn.Linear:
+    linear = torch.nn.Linear(packed.in_features, packed.out_features, bias=packed.bias is not None, device="meta")
+    linear.weight, linear.bias = packed.weight, packed.bias
+    return linear
+
+
+def _packed_children(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, PackedLinear]]:
+    return [(module, name, child) for module in model.modules() for name, child in module.named_children()
+            if isinstance(child, PackedLinear)]
+
+
 def unpack_linears(model: torch.nn.Module) -> None:
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, PackedLinear):
-                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
-                linear.weight, linear.bias = child.weight, child.bias
-                setattr(module, name, linear)
+    for module, name, child in _packed_children(model):
+        setattr(module, name, _plain(child))
+
+
+@contextmanager
+def stock_linears(*models: torch.nn.Module) -> Iterator[None]:
+    """transformers' own linear kernels in ``models`` for the duration (nn.Linear on the same weights), their packed
+    layers put back after: what a transformers user runs, without packing the weights again."""
+    swapped = [entry for model in models for entry in _packed_children(model)]
+    for module, name, child in swapped:
+        setattr(module, name, _plain(child))
+    try:
+        yield
+    finally:
+        for module, name, child in swapped:
+            setattr(module, name, child)
 
 
 def is_packed(model: torch.nn.Module) -> bool:
