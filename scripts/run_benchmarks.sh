@@ -128,6 +128,7 @@ done
 # Files under results/ that no step above writes: each with the command that made it and a note (where it ran, if not
 # this CPU, and what it measured that a step would not), as `# elsewhere: GLOB :: COMMAND :: NOTE`.
 # elsewhere: results/bench.* :: .venv/bin/python -m specviz bench --configs standard --per-category 2 --max-new-tokens 64 --repeats 2 --out results/bench :: 2026-11-24; its head rows measured head-v1
+# elsewhere: results/bench_transformers.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,hf-generate,sd draft-m γ=3,hf-assisted draft-m γ=3,sd head γ=3" --per-category 2 --max-new-tokens 96 --repeats 2 --out results/bench_transformers :: 2026-11-27, a 2-core EPYC; transformers' rows on its stock linear kernels, the engine on the kernels timed at load
 # elsewhere: results/bench_all_prompts.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts :: 2026-11-25; its head rows measured head-v1
 # elsewhere: results/policies.* :: .venv/bin/python -m specviz bench --configs policies --per-category 2 --max-new-tokens 64 --repeats 2 --out results/policies :: 2026-11-24; its head is head-v1
 # elsewhere: results/selection.* :: .venv/bin/python -m specviz bench --configs selection --per-category 2 --max-new-tokens 64 --repeats 2 --out results/selection :: 2026-11-24; its head is head-v1
