@@ -41,7 +41,8 @@ def test_loaded_models_give_generates_tokens(hf_models, prompt):
 def test_a_trace_has_the_clis_json_a_dataframe_a_figure_and_an_inline_view():
     trace = specviz.speculate("Name three colours.", draft="ngram", gamma=2, max_new_tokens=12, baseline=True)
     data = trace.to_json()
-    assert set(data) == {"text", "token_ids", "config", "metrics", "steps", "theory"} and data["token_ids"] == trace.token_ids
+    assert set(data) == {"text", "token_ids", "config", "metrics", "steps", "theory", "machine"} and data["token_ids"] == trace.token_ids
+    assert "threads, torch" in data["machine"] and "linear kernels by rows: 1 " in data["machine"]  # the fp32 CPU target's plan
     assert len(trace.to_dataframe()) == len(trace.steps) == data["metrics"]["target_forwards"]
     assert trace.baseline.token_ids == trace.token_ids  # greedy SD is lossless
     assert trace.speedup == pytest.approx(trace.metrics["tokens_per_s"] / trace.baseline.metrics["tokens_per_s"])

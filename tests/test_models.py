@@ -166,7 +166,7 @@ def test_the_tuned_plan_is_timed_once_per_machine_and_names_a_kernel_per_bucket(
 
     monkeypatch.setattr(cpu, "cache_dir", lambda: tmp_path)
     lm, plain = (tiny_llama(vocab=96, hidden=64, layers=2, seed=0, init_std=0.2) for _ in range(2))
-    plan = cpu.tuned_plan("tiny", lm.model, reps=2)
+    plan = cpu.tuned_plan(lm.model, reps=2)
     assert len(plan) == len(ROW_BUCKETS) and all(k in candidates(i) for i, k in enumerate(plan))
     pack_linears(lm.model, plan)
     assert cpu.kernel_plan(lm.model) == dict(zip(["1", "2-4", "5-16", "17+"], plan)) and cpu.kernel_plan(plain.model) is None
@@ -177,9 +177,9 @@ def test_the_tuned_plan_is_timed_once_per_machine_and_names_a_kernel_per_bucket(
     def no_clock():
         raise AssertionError("timed again")
     monkeypatch.setattr(cpu.time, "perf_counter", no_clock)
-    assert cpu.tuned_plan("tiny", lm.model) == plan
+    assert cpu.tuned_plan(lm.model) == plan
     again = tiny_llama(vocab=96, hidden=64, layers=2, seed=0, init_std=0.2)
-    place(again.model, "tiny", torch.device("cpu"), torch.float32)  # a later load: the remembered plan, packed
+    place(again.model, "elsewhere", torch.device("cpu"), torch.float32)  # a later load of that shape: the remembered plan
     assert cpu.kernel_plan(again.model) == cpu.kernel_plan(lm.model)
     ids = torch.tensor([[3, 5, 7, 9, 11]])
     with torch.inference_mode():

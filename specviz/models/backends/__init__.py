@@ -26,7 +26,7 @@ def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.
         dtype = torch.bfloat16 if device.type == "cuda" else fastest_cpu_dtype(path, model)
     model.to(device=device, dtype=dtype)
     if device.type == "cpu" and dtype == torch.float32:
-        pack_linears(model, tuned_plan(path, model))
+        pack_linears(model, tuned_plan(model))
 
 
 def supports_lean(lm: LoadedModel) -> bool:

@@ -149,17 +149,19 @@ def fastest_exact(seconds: dict[str, list[float]], gaps: dict[str, float]) -> st
 
 
 @torch.inference_mode()
-def tuned_plan(path: str, model: torch.nn.Module, reps: int = 5) -> tuple[str, ...]:
-    """The fastest kernel per row bucket for the fp32 CPU ``model`` (loaded from ``path``), timed on this machine: a
+def tuned_plan(model: torch.nn.Module, reps: int = 5) -> tuple[str, ...]:
+    """The fastest kernel per row bucket for the fp32 CPU ``model``, timed on this machine: a
     cached forward of each bucket's rows after a 100-token context, every candidate of :func:`candidates` against
-    ``F.linear``, the median of ``reps`` interleaved repetitions. Remembered per model, CPU, thread count and torch
+    ``F.linear``, the median of ``reps`` interleaved repetitions. Remembered per model shape, CPU, thread count and torch
     version, so the timing runs once per machine. The model is left packed, with no particular plan: give it the one
     returned (``pack_linears``)."""
     from transformers import DynamicCache
 
     memo = cache_dir() / "cpu_kernels.json"
     table = json.loads(memo.read_text()) if memo.exists() else {}
-    key = f"{path} | {cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__}"
+    c = model.config  # the timings depend on the shapes, so models of one shape share a plan, wherever they load from
+    shape = f"{c.model_type} {c.hidden_size}x{c.num_hidden_layers} ffn {c.intermediate_size} vocab {c.vocab_size}"
+    key = f"{shape} | {cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__}"
     if key in table:
         return tuple(table[key])
     plan = list(SHIPPED_PLAN)
