@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
+from specviz.bench.harness import time_generate
 from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 from specviz.ui.bank import shared_models
 from specviz.ui.gpu import decode_seconds, gpu, observe_speed
-from specviz.ui.stream import stream_batches
+from specviz.ui.stream import on_model_thread, stream_batches
 
 BATCH_EVERY_S = 0.5
 """How often the decode hands over the steps it has (the first at once)."""
@@ -46,3 +48,16 @@ def _decode(config: DecodeConfig, prompt: str, runs: int) -> Iterator:
         for _ in prepare(config, prompt, bank).events():
             pass
     yield from prepare(config, prompt, bank).events()
+
+
+WARMUP_TOKENS = 2
+"""The tokens of the untimed ``generate`` before a timed one: its first call in a process pays set-up costs."""
+
+
+@gpu(duration=steps_seconds)
+def generate_timing(config: DecodeConfig, prompt: str) -> dict:
+    """transformers' ``generate`` on ``config`` (an AR baseline's settings) after a short untimed one, timed on the
+    model thread (:func:`specviz.bench.harness.time_generate`): tokens, wall seconds, tokens/s and ids."""
+    bank = shared_models().bank
+    on_model_thread(time_generate, replace(config, max_new_tokens=WARMUP_TOKENS).validate(), prompt, bank)
+    return on_model_thread(time_generate, config, prompt, bank)
