@@ -107,7 +107,8 @@ def _measure_generate(config: DecodeConfig, prompt: str, session: dict, ar: dict
 
 
 def _generate_shown(ar: dict | None, timed: bool) -> dict | None:
-    """The transformers card's content while a run streams: the measurement cached with ``ar``, or when it comes."""
+    """The transformers card's content while a run streams (if it will be ``timed``): the measurement cached with ``ar``,
+    or when it comes."""
     if not timed:
         return None
     cached = (ar or {}).get("transformers") or {}
@@ -147,8 +148,9 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     session["views"][VIEW] = live.view
     yield from _before_decode(frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
                                     panel=view_update(None, None, TOKENS_ID), **cleared))
+    timed = transformers and (config.method == "ar" or ar is not None or baseline != BASELINE_SKIP)
     yield from _stream_main(live, prompt, config, ar, _baseline_note(ar, baseline, config.method), live_info,
-                            _generate_shown(ar, transformers))
+                            _generate_shown(ar, timed))
     result = result_of(run, live.events)
     record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
     peer = ar  # the AR baseline transformers' generate is timed beside: this run itself when it is AR
