@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from bench_steps import refuse_other_settings
+from bench_steps import refuse_other_settings, write_report
 from torch.profiler import ProfilerActivity, profile
 
 from specviz.bench.harness import describe_machine, hf_generate
@@ -106,9 +106,7 @@ def main(tokens: int, rounds: int, out: Path) -> None:
               "| engine | tok/s |", "|---|---|",
               *[f"| {name} | {rate[name]:.2f} |" for name in engines],
               "", f"specviz ÷ transformers: {rate['specviz AR'] / rate['transformers generate']:.2f}×."]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(out, lines)
 
 
 if __name__ == "__main__":
