@@ -43,7 +43,7 @@ from specviz.bench.harness import hf_generate  # noqa: E402
 from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.errors import first_line  # noqa: E402
-from specviz.core.policy import LengthPolicy  # noqa: E402
+from specviz.core.policy import FixedPolicy  # noqa: E402
 from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead  # noqa: E402
@@ -160,7 +160,7 @@ def exactness_135m(n: int) -> None:
                 drafters = [NGramDrafter()]
             elif name == "feature head":
                 drafters = [FeatureDrafter(head, cached, None, "head", capacity)]
-            out = emitted(decode(cached, ids, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
+            out = emitted(decode(cached, ids, drafters=drafters, policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
             d = first_difference(out, ref)
             note = "" if d is None else f"first difference at {d}, top-2 margin {top2_margin(target, ids + ref[:d]):.5f}"
             shape = f"tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
@@ -183,7 +183,7 @@ def exactness_eagle3(n: int) -> None:
                 for gamma in (1, 3, 6):
                     cached = cached_model(lm, capacity=len(ids) + n + 1, graphs=GRAPHS, taps=head.taps)
                     drafter = Eagle3Drafter(head, cached, capacity=cached.storage.stack.capacity, capture=cuda_capture if GRAPHS else None)
-                    events = list(decode(cached, ids, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n))
+                    events = list(decode(cached, ids, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n))
                     matched += emitted(events) == generate(lm, ids, n)
                     tokens = list(ids)
                     for e in events[:6]:
@@ -287,14 +287,16 @@ def speculative_split(target: LoadedModel, n: int) -> None:
                 cached = cached_model(target, capacity=capacity, graphs=GRAPHS, taps=head.taps)
                 drafter = Eagle3Drafter(head, cached, capacity=capacity if head_graphs else None,
                                         capture=cuda_capture if head_graphs else None)
-                runs.append(list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree)))
+                runs.append(list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree)))
             steps = [e for e in runs[-1][1:] if e.draft_ids]
-            split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
+            parts = {"drafting": lambda e: e.spans["drafting"], "verifying": lambda e: e.spans["verifying"],
+                     "other": lambda e: e.total_ms - e.spans["drafting"] - e.spans["verifying"], "total": lambda e: e.total_ms}
+            split = {k: statistics.median(part(e) for e in steps) for k, part in parts.items()}
             shape = f"dynamic tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
             mode = "head as graphs" if head_graphs else "head eager"
             record("8B speculative step", f"EAGLE-3 head {shape}, {mode}: draft / verify / overhead / total per step",
                    " / ".join(f"{v:.2f}" for v in split.values()), "ms",
-                   f"median over {len(steps)} steps; drafting {split['draft_ms'] / split['verify_ms']:.3f} of the verify; accepted "
+                   f"median over {len(steps)} steps; drafting {split['drafting'] / split['verifying']:.3f} of the verify; accepted "
                    f"{sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} drafts (random head)")
 
 
@@ -331,7 +333,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         if not gamma:
             return list(decode(cached, prompt, max_new_tokens=n))
         drafter = ModelDrafter(cached_model(draft, capacity=capacity, graphs=GRAPHS))
-        return list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
+        return list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
 
     runs = {"ar": (0, CHAIN), **{f"γ={g}": (g, CHAIN) for g in range(1, 6)}, "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
     for gamma, tree in runs.values():  # warm-up: every graph captured once
@@ -344,7 +346,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
             seconds[label].append(timed(lambda gamma=gamma, tree=tree, box=box: box.extend(engine(gamma, tree))))
             events[label] = box
     ar_s = statistics.median(seconds["ar"])
-    t1 = sum(e.verify_ms for e in events["ar"]) / len(events["ar"])
+    t1 = sum(e.spans["verifying"] for e in events["ar"]) / len(events["ar"])
     assert len(emitted(events["ar"])) == n
     record("8B accepted draft", "AR", round(n / ar_s, 1), "tok/s", f"{n} tokens after a {len(prompt)}-token prompt, median of {rounds}")
     for label, (gamma, tree) in list(runs.items())[1:]:

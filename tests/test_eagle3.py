@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from specviz.core.drafters import CHAIN
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TreeShape
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3
@@ -72,7 +72,7 @@ def drafter_for(lm, head_path):
 
 
 def run(lm, drafter, prompt, n, gamma, sampler=None):
-    events = list(decode(drafter.target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), sampler=sampler or Sampler(),
+    events = list(decode(drafter.target, prompt, drafters=[drafter], policy=FixedPolicy(gamma), sampler=sampler or Sampler(),
                          max_new_tokens=n))
     return [t for e in events for t in e.emitted_ids], events
 
@@ -111,10 +111,10 @@ def test_a_fixed_capacity_head_recorded_per_fed_size_drafts_as_the_growing_one(t
     for prompt in PROMPTS:
         capacity = len(prompt) + 32 + 1 + MAX_TREE_NODES
         plain = cached_model(lm, taps=head.taps)
-        grown = list(decode(plain, prompt, drafters=[Eagle3Drafter(head, plain)], policy=LengthPolicy(4), max_new_tokens=32, tree=tree))
+        grown = list(decode(plain, prompt, drafters=[Eagle3Drafter(head, plain)], policy=FixedPolicy(4), max_new_tokens=32, tree=tree))
         target = static_storage(lm, capacity, graphs=True, taps=head.taps)
         static = Eagle3Drafter(head, target, capacity=capacity, capture=eager_capture)
-        events = list(decode(target, prompt, drafters=[static], policy=LengthPolicy(4), max_new_tokens=32, tree=tree))
+        events = list(decode(target, prompt, drafters=[static], policy=FixedPolicy(4), max_new_tokens=32, tree=tree))
         assert [(e.draft_ids, e.emitted_ids) for e in events] == [(e.draft_ids, e.emitted_ids) for e in grown]
         assert [t for e in events for t in e.emitted_ids] == reference(lm, prompt, 32)
         assert static.graphs.recorded and all(isinstance(t, int) and t >= 1 for t in static.graphs.recorded)

@@ -10,6 +10,7 @@ import pytest
 import specviz
 from specviz.api.trace import MAX_TRACE_BYTES, TRACE_VERSION, check_trace
 from specviz.bench.harness import GENERATE_KERNELS
+from specviz.core.record import upgraded
 from specviz.runtime.config import DecodeConfig
 from specviz.viz.export import step_views, trace_page
 
@@ -25,8 +26,16 @@ def test_the_committed_version_1_trace_loads_and_every_view_renders():
         added = set(run["config"]) - set(fixture["config"])
         assert all(run["config"].pop(name) == defaults[name] for name in added)
         assert run.pop("version") == TRACE_VERSION  # it is written back as the current version
-    for run in (fixture, fixture["baseline"]):
-        assert run.pop("version") == 1
+    for run, old in ((written, fixture), (written["baseline"], fixture["baseline"])):
+        assert old.pop("version") == 1
+        assert run["steps"] == [upgraded(step) for step in old["steps"]]  # converted to this version's keys
+        for new, step in zip(run["steps"], old["steps"]):
+            assert new["spans"] == {"deciding": 0.0, "drafting": step["draft_ms"], "verifying": step["verify_ms"],
+                                    "committing": step["overhead_ms"], "recording": 0.0}
+            assert new["why"] == {"policy": step["policy"], "selector": None} and new["drafted"] == len(step["draft_ids"])
+        assert {**run["metrics"], **old["metrics"]} == run["metrics"]
+        assert set(run["metrics"]) - set(old["metrics"]) == {"spans_ms", "outside_ms"}
+        run["steps"], run["metrics"] = old["steps"], old["metrics"]
     assert written == fixture  # otherwise a lossless round trip
     views = step_views(data)
     assert len(views) == len(trace.steps) and all(narration and microscope for narration, microscope in views)
@@ -52,7 +61,7 @@ def test_a_trace_keeps_transformers_generate_beside_its_baseline_and_an_old_one_
 
 
 def test_the_page_is_self_contained():
-    page = trace_page(json.loads(FIXTURE.read_text()))
+    page = trace_page(specviz.load_trace(FIXTURE).to_dict())
     assert "<script src" not in page and "<link" not in page and "Plotly.newPlot" in page
     assert page.count('<template id="n-') == len(json.loads(FIXTURE.read_text())["steps"])
 

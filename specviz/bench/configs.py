@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.models.presets import resolve_preset
 from specviz.runtime.config import DecodeConfig
@@ -67,7 +67,7 @@ def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
 
     fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]
-    adaptive = [BenchConfig(p, sd(p)) for p in GAMMA_POLICIES if p != LengthPolicy.name]  # every registered policy
+    adaptive = [BenchConfig(p, sd(p)) for p in GAMMA_POLICIES if p != FixedPolicy.name]  # every registered policy
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)), *fixed, *adaptive]
 
 

@@ -149,10 +149,11 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
             torch.stack([qs[n] for n in keep]) if keep else torch.zeros(0, 0))
 
 
-def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor,
+def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor | None,
                 sampler: Sampler) -> tuple[list[int], int, TreeEvidence]:
     """The accepted path (node indices, root down), the target's token after it and the evidence, for ``tree`` scored
-    to ``logits`` and ``p`` (rows: root, then each node). Greedy is one vectorised test and one device read."""
+    to ``logits`` and ``p`` (rows: root, then each node; None when greedy, which reads the logits alone). Greedy is one
+    vectorised test and one device read."""
     n = len(tree.ids)
     kids: list[list[int]] = [[] for _ in range(n + 1)]
     for i, parent in enumerate(tree.parents):
