@@ -4,7 +4,9 @@ prompt) after a warm-up, and speed is reported as the median of per-prompt ratio
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -60,13 +62,18 @@ def hf_generate(target: torch.nn.Module, draft: torch.nn.Module | None, prompt_i
 
 GENERATE_KERNELS = "transformers' stock nn.Linear kernels"
 """The kernels :func:`time_generate` runs on, in words."""
+GENERATE_WARMUP_TOKENS = 2
+"""The tokens of the untimed ``generate`` the app and the API run before a timed one."""
 
 
-def time_generate(config: DecodeConfig, prompt: str, bank: ModelBank) -> dict:
+def time_generate(config: DecodeConfig, prompt: str, bank: ModelBank, warmup_tokens: int = 0, **models: Any) -> dict:
     """transformers' ``generate`` on the target (and the draft and γ) of ``config``, with its sampling settings and
     transformers' own linear kernels (:func:`~specviz.models.backends.cpu.stock_linears`), as a user of transformers
-    runs it: new tokens, wall seconds, tokens/s and the token ids."""
-    run = prepare(config, prompt, bank)
+    runs it: new tokens, wall seconds, tokens/s and the token ids. ``warmup_tokens``: an untimed ``generate`` of that
+    many tokens first (the first call in a process pays set-up costs); ``models``: ``prepare``'s model arguments."""
+    if warmup_tokens:
+        time_generate(replace(config, max_new_tokens=warmup_tokens).validate(), prompt, bank, **models)
+    run = prepare(config, prompt, bank, **models)
     draft = run.drafters[0].model.lm.model if run.drafters else None
     with stock_linears(run.target.lm.model, *([draft] if draft is not None else [])):
         new, wall = hf_generate(run.target.lm.model, draft, run.prompt_ids, config.gamma, config.max_new_tokens, run.stop_ids,

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
-from specviz.bench.harness import time_generate
+from specviz.bench.harness import GENERATE_WARMUP_TOKENS, time_generate
 from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
@@ -50,14 +49,8 @@ def _decode(config: DecodeConfig, prompt: str, runs: int) -> Iterator:
     yield from prepare(config, prompt, bank).events()
 
 
-WARMUP_TOKENS = 2
-"""The tokens of the untimed ``generate`` before a timed one: its first call in a process pays set-up costs."""
-
-
 @gpu(duration=steps_seconds)
 def generate_timing(config: DecodeConfig, prompt: str) -> dict:
     """transformers' ``generate`` on ``config`` (an AR baseline's settings) after a short untimed one, timed on the
     model thread (:func:`specviz.bench.harness.time_generate`): tokens, wall seconds, tokens/s and ids."""
-    bank = shared_models().bank
-    on_model_thread(time_generate, replace(config, max_new_tokens=WARMUP_TOKENS).validate(), prompt, bank)
-    return on_model_thread(time_generate, config, prompt, bank)
+    return on_model_thread(time_generate, config, prompt, shared_models().bank, GENERATE_WARMUP_TOKENS)
