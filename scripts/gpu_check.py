@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.analysis.cost_model import predict_run  # noqa: E402
 from specviz.bench.harness import hf_generate  # noqa: E402
-from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.errors import first_line  # noqa: E402
 from specviz.core.policy import FixedPolicy  # noqa: E402
@@ -146,7 +146,8 @@ def exactness_135m(n: int) -> None:
     draft = random_model({**SMOLLM2_135M, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                           "num_key_value_heads": 2}, "llama", torch.float32, seed=1)
     head = FeatureHead(target.model.config, (3, 14, 29)).to(device=DEVICE, dtype=torch.float32).eval()
-    cases = [("ar", 0, CHAIN)] + [(d, g, CHAIN) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3, CHAIN)]
+    cases = [("ar", 0, SINGLE_PATH), *[(d, g, SINGLE_PATH) for d in ("draft", "ngram") for g in (1, 3, 6)],
+             ("feature head", 3, SINGLE_PATH)]
     cases += [(d, 8, TreeShape(2, "dynamic")) for d in ("draft", "ngram", "feature head")]
     for prompt_set, ids in enumerate(prompts(3, SMOLLM2_135M["vocab_size"])):
         ref = generate(target, ids, n)
@@ -163,7 +164,7 @@ def exactness_135m(n: int) -> None:
             out = emitted(decode(cached, ids, drafters=drafters, policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
             d = first_difference(out, ref)
             note = "" if d is None else f"first difference at {d}, top-2 margin {top2_margin(target, ids + ref[:d]):.5f}"
-            shape = f"tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
+            shape = f"tree of {gamma} nodes" if tree != SINGLE_PATH else f"γ={gamma}"
             label = f"135M-shape {name} {shape} prompt {prompt_set} (len {len(ids)})"
             record("exactness fp32", label, "equal" if d is None else "DIFFERS", "", note)
 
@@ -280,7 +281,7 @@ def speculative_split(target: LoadedModel, n: int) -> None:
         head = load_eagle3(head_path, target.model)
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
     capacity = len(prompt) + n + 1 + MAX_TREE_NODES
-    for gamma, tree in ((3, CHAIN), (6, CHAIN), (16, TreeShape(4, "dynamic"))):
+    for gamma, tree in ((3, SINGLE_PATH), (6, SINGLE_PATH), (16, TreeShape(4, "dynamic"))):
         for head_graphs in sorted({False, GRAPHS}):
             runs = []
             for _ in range(2):  # the first run records the graphs
@@ -292,7 +293,7 @@ def speculative_split(target: LoadedModel, n: int) -> None:
             parts = {"drafting": lambda e: e.spans["drafting"], "verifying": lambda e: e.spans["verifying"],
                      "other": lambda e: e.total_ms - e.spans["drafting"] - e.spans["verifying"], "total": lambda e: e.total_ms}
             split = {k: statistics.median(part(e) for e in steps) for k, part in parts.items()}
-            shape = f"dynamic tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
+            shape = f"dynamic tree of {gamma} nodes" if tree != SINGLE_PATH else f"γ={gamma}"
             mode = "head as graphs" if head_graphs else "head eager"
             record("8B speculative step", f"EAGLE-3 head {shape}, {mode}: draft / verify / overhead / total per step",
                    " / ".join(f"{v:.2f}" for v in split.values()), "ms",
@@ -335,7 +336,8 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         drafter = ModelDrafter(cached_model(draft, capacity=capacity, graphs=GRAPHS))
         return list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
 
-    runs = {"ar": (0, CHAIN), **{f"γ={g}": (g, CHAIN) for g in range(1, 6)}, "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
+    runs = {"ar": (0, SINGLE_PATH), **{f"γ={g}": (g, SINGLE_PATH) for g in range(1, 6)},
+            "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
     for gamma, tree in runs.values():  # warm-up: every graph captured once
         engine(gamma, tree)
     seconds: dict[str, list[float]] = {k: [] for k in runs}
@@ -357,7 +359,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         accepted = sum(e.accepted for e in steps) / max(1, sum(len(e.draft_ids) for e in steps))
         note = (f"predicted {predicted:.2f}× (realized ÷ predicted {speedup / predicted:.2f}); {accepted:.0%} of drafts accepted; "
                 f"{tokens} tokens, {'the same as' if emitted(events[label]) == emitted(events['ar']) else 'not all equal to'} AR's")
-        if tree == CHAIN:
+        if tree == SINGLE_PATH:
             hf = statistics.median(timed(lambda gamma=gamma: hf_generate(target.model, draft.model, prompt, gamma, n, []))
                                    for _ in range(rounds))
             note += f"; {hf / statistics.median(seconds[label]):.2f}× transformers' assisted generation (same draft and γ)"

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specviz.core.drafters import CHAIN
+from specviz.core.drafters import SINGLE_PATH
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
 from specviz.core.policy import FixedPolicy
@@ -102,7 +102,7 @@ def test_greedy_decoding_with_a_published_head_matches_generate(target_models, h
         assert all(len(e.draft_ids) <= gamma for e in events)
 
 
-@pytest.mark.parametrize("tree", [CHAIN, TreeShape(2, "dynamic")])
+@pytest.mark.parametrize("tree", [SINGLE_PATH, TreeShape(2, "dynamic")])
 def test_a_fixed_capacity_head_recorded_per_fed_size_drafts_as_the_growing_one(target_models, heads, tree):
     """The head's cache with static shapes, recorded as graphs (the eager stand-in on a CPU: same buffers, same replays),
     drafts the very tokens of the growing cache, chains and token trees alike, and each fed size is recorded once."""

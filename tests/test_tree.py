@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
@@ -421,7 +421,7 @@ def test_the_online_policy_chooses_each_steps_budget(tiny_target):
     assert any("pred_tok_s" in e.why["policy"] for e in events)
 
 
-@pytest.mark.parametrize("tree", [CHAIN, TreeShape(2, "dynamic")])
+@pytest.mark.parametrize("tree", [SINGLE_PATH, TreeShape(2, "dynamic")])
 def test_without_records_a_run_emits_the_same_and_leaves_out_what_only_views_read(tiny_target, tiny_draft, tree):
     def steps(record):
         return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_draft))],

@@ -7,7 +7,7 @@ top-k) keep a token when the exact rule accepts it **or** their own criterion do
 step exactly as the exact rule would — so with the criterion switched off they reproduce it token for
 token, random draws included.
 
-Every draft is a token tree (a chain is the tree with one child per node) and :meth:`ExactRule.verify` is the one
+Every draft is a token tree (a single path is the tree with one child per node) and :meth:`ExactRule.verify` is the one
 entry point: a single-path tree is tested in one batch as above, a branching one by recursive rejection
 (:func:`specviz.core.tree.verify_tree`), which the exact rule alone accepts.
 """
@@ -28,7 +28,7 @@ ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 
 @dataclass(frozen=True)
 class Verdict:
-    """The accepted drafts (node indices, root down: a chain's first ones), then ``next_token`` from the target; one
+    """The accepted drafts (node indices, root down: a single path's first ones), then ``next_token`` from the target; one
     reason per drafted node; what the decision read (``evidence``: none for an empty draft), for the recorder
     (:mod:`specviz.core.record`)."""
 
@@ -83,7 +83,7 @@ class Relaxed:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a chain's decision read: the checked positions, the exact test's outcome at each, the rule's own criterion
+    """What a single path's decision read: the checked positions, the exact test's outcome at each, the rule's own criterion
     (the judge's scores and δ), and the residual the correction was drawn from (sampling, after a rejection)."""
 
     checked: Checked
@@ -113,15 +113,15 @@ class ExactRule:
         p = None if sampler.greedy and not self.greedy_reads_p else sampler.probs(logits)
         if not draft.ids:
             return Verdict([], int(sampler.pick(logits[0], None if p is None else p[0])), [])
-        if not draft.tree.is_chain:
+        if not draft.tree.is_single_path:
             if type(self) is not ExactRule:
                 raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
             path, nxt, evidence = verify_tree(draft.tree, draft.q, logits, p, sampler)
             reasons = [ACCEPTED if hit else UNCHECKED if hit is None else REJECTED for hit in evidence.accepted]
             return Verdict(path, nxt, reasons, evidence)
-        return self._verify_chain(draft, logits, p, sampler, states)
+        return self._verify_path(draft, logits, p, sampler, states)
 
-    def _verify_chain(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor | None, sampler: Sampler,
+    def _verify_path(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor | None, sampler: Sampler,
                       states: torch.Tensor | None) -> Verdict:
         gamma = len(draft.ids)
         ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)

@@ -1,7 +1,7 @@
 """The decoding loop shared by every method: one generator, one :class:`StepEvent` per step.
 
 Autoregressive decoding is the loop with no drafter (nothing drafted every step), so the baseline goes through the
-same cache handling and the same timers as speculative decoding. Every draft is a token tree (a chain: one child per
+same cache handling and the same timers as speculative decoding. Every draft is a token tree (a single path: one child per
 node). Invariant: the target's cache holds every committed token but the last; a step feeds the last token and the
 draft's nodes, gets one distribution per fed row, and commits the accepted path by position.
 """
@@ -13,7 +13,7 @@ from functools import partial
 
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import CHAIN, Draft, Drafter, step_size
+from specviz.core.drafters import SINGLE_PATH, Draft, Drafter, step_size
 from specviz.core.policy import Choice, FirstDraft, FixedPolicy, LengthPolicy, Outcome, Pick
 from specviz.core.record import Recorder, StepEvent, StepMarks
 from specviz.core.sampling import Sampler
@@ -24,9 +24,9 @@ from specviz.core.tree import TreeShape, depths
 def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence[Drafter] = (),
            rule: ExactRule | None = None, policy: LengthPolicy | None = None, selector: FirstDraft | None = None,
            sampler: Sampler | None = None, max_new_tokens: int = 64, stop_ids: Sequence[int] = (),
-           tree: TreeShape = CHAIN, record: bool = True) -> Iterator[StepEvent]:
+           tree: TreeShape = SINGLE_PATH, record: bool = True) -> Iterator[StepEvent]:
     """Generate up to ``max_new_tokens`` after ``prompt_ids``; yields a StepEvent after every step. Drafts grow as
-    ``tree`` says (a chain unless a :class:`TreeShape` is given; the policy's γ is then a node budget, and only the exact
+    ``tree`` says (a single path unless a :class:`TreeShape` is given; the policy's γ is then a node budget, and only the exact
     rule verifies branching trees). Without ``record`` (benchmarks) the steps leave out what only the views read (p and
     q of each token, the verify records), so nothing of it is read from the device."""
     rule, policy = rule or ExactRule(), policy or FixedPolicy(0)

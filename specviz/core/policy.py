@@ -29,7 +29,7 @@ Reasons = Callable[[], dict]
 class Outcome:
     """A finished step as the policies see it: tokens (a tree: nodes) drafted and accepted, the time drafting (the
     drafting span alone) and verifying (the forward and the acceptance test) and from the step's start to its commit,
-    tokens emitted, the deepest drafted node (None: as deep as ``drafted``, a chain) and who drafted."""
+    tokens emitted, the deepest drafted node (None: as deep as ``drafted``, a single path) and who drafted."""
 
     drafted: int
     accepted: int
@@ -49,7 +49,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Choice:
     """A policy's answer for one step: how many tokens to draft (a tree: its node budget), why, and the rule that may
-    stop a chain early."""
+    stop a single path early."""
 
     gamma: int
     why: Reasons

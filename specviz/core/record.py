@@ -17,7 +17,7 @@ from typing import ClassVar
 import torch
 
 from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict, one_hot_rows
-from specviz.core.drafters import CHAIN, Draft, LevelWork
+from specviz.core.drafters import SINGLE_PATH, Draft, LevelWork
 from specviz.core.policy import Outcome
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Mark, Stopwatch
@@ -38,7 +38,7 @@ SPANS = {
 
 @dataclass
 class VerifyRecord:
-    """One verified position of a chain (the accepted ones and the first rejection; later drafts are never checked):
+    """One verified position of a single path (the accepted ones and the first rejection; later drafts are never checked):
     the token, p and q of it, the exact test's acceptance probability and the uniform draw u that decided it (None
     when greedy), the verdict and its reason, the top tokens of p and q; a judge run adds the score and δ; at a
     rejection, the target's argmax (greedy) or the residual the correction was drawn from (sampling)."""
@@ -83,7 +83,7 @@ class VerifyRecord:
 
 @dataclass
 class LevelRecord:
-    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a chain,
+    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a polybasic chain,
     one [drafted, passed up] pair per verification and the token ids of each (``blocks``: drafted, passed)."""
 
     name: str
@@ -184,13 +184,13 @@ class StepEvent:
                "the run does not record (benchmarks)",
         "extra": "`levels`: per level of a polybasic chain, its `name`, `role` (`verify` / `draft`), `passes`, `ms`, "
                  "`verifications` and `blocks`; `{}` for a plain target step",
-        "verify": "a chain's verified positions, one object each (below); empty for a tree step",
-        "tree": "a tree step's token tree (below); absent from a chain's step",
+        "verify": "a single path's verified positions, one object each (below); empty for a tree step",
+        "tree": "a tree step's token tree (below); absent from a single path's step",
     }
     """What each JSON key holds (the docs render this table)."""
 
     def to_dict(self) -> dict:
-        """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a chain's step has no
+        """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a single path's step has no
         ``tree`` key."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("levels", "verify", "tree")}
         out["extra"] = {"levels": [asdict(level) for level in self.levels]} if self.levels else {}
@@ -253,7 +253,7 @@ class Recorder:
         full, ev = self.full, verdict.evidence
         rows = [0] + [i + 1 for i in path]
         tree = None
-        if shape != CHAIN:
+        if shape != SINGLE_PATH:
             nodes_seen = node_records(draft, verdict, p, below) if full else []
             tree = TreeRecord(shape.kind, shape.branch, draft.parents, path, nodes_seen)
         scores = ev.relaxed.scores if isinstance(ev, Evidence) and full else None
@@ -262,7 +262,7 @@ class Recorder:
                      emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [],
                      judge_scores=None if scores is None else scores.tolist(), why=why() if full else None,
                      levels=[LevelRecord.of(work) for work in draft.levels],
-                     verify=verify_records(draft, verdict, p, len(emitted)) if full and shape == CHAIN else [], tree=tree)
+                     verify=verify_records(draft, verdict, p, len(emitted)) if full and shape == SINGLE_PATH else [], tree=tree)
         end, w, m = self.watch.mark(), self.watch, marks
         spans = {"deciding": span_ms(w, m.start, m.decided) + span_ms(w, m.committed, m.learned),
                  "drafting": span_ms(w, m.decided, m.drafted), "verifying": span_ms(w, m.drafted, m.verified),
@@ -293,7 +293,7 @@ def upgraded(data: dict) -> dict:
 
 
 def stopped_below(verdict: Verdict, draft: Draft, emitted: int) -> set[int]:
-    """The drafts a stop token among the accepted ones cut off (a chain's later positions, a tree's stop node's
+    """The drafts a stop token among the accepted ones cut off (a single path's later positions, a tree's stop node's
     subtree): a step that emitted no more tokens than its accepted drafts ended there. Empty for any other step."""
     if emitted > verdict.accepted:
         return set()
@@ -324,7 +324,7 @@ def node_records(draft: Draft, verdict: Verdict, p: torch.Tensor, below: set[int
 
 
 def verify_records(draft: Draft, verdict: Verdict, p: torch.Tensor, emitted: int) -> list[VerifyRecord]:
-    """One :class:`VerifyRecord` per verified position of a chain that emitted ``emitted`` tokens (none past a stop
+    """One :class:`VerifyRecord` per verified position of a single path that emitted ``emitted`` tokens (none past a stop
     token), from what its decision read and the target's ``p`` of the step. Reading these changes nothing the rule
     decided."""
     ev = verdict.evidence
