@@ -4,6 +4,7 @@ prompt) after a warm-up, and speed is reported as the median of per-prompt ratio
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,15 +40,23 @@ def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
 
 @torch.inference_mode()
 def hf_generate(target: torch.nn.Module, draft: torch.nn.Module | None, prompt_ids: list[int], gamma: int,
-                max_new_tokens: int, stop_ids: list[int], sampler: Sampler | None = None) -> tuple[list[int], float]:
+                max_new_tokens: int, stop_ids: list[int], sampler: Sampler | None = None,
+                stop: threading.Event | None = None) -> tuple[list[int], float]:
     """transformers' own ``generate``, assisted by ``draft`` at a constant γ (set on the assistant's generation_config)
     unless it is None: the new ids and the wall seconds, measured after the GPU (if any) has finished. Greedy unless
-    ``sampler`` samples (its temperature, top-p and seed; no top-k, as specviz samples)."""
-    assisted = {}
+    ``sampler`` samples (its temperature, top-p and seed; no top-k, as specviz samples). Once ``stop`` is set, it ends
+    after the current token (the app's Stop)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Stopped(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    assisted: dict = {"stopping_criteria": StoppingCriteriaList([Stopped()])} if stop is not None else {}
     if draft is not None:
         gc = draft.generation_config
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
-        assisted = {"assistant_model": draft}
+        assisted["assistant_model"] = draft
     sampling: dict = {"do_sample": False}
     if sampler is not None and not sampler.greedy:
         torch.manual_seed(sampler.seed)
@@ -66,18 +75,20 @@ GENERATE_WARMUP_TOKENS = 2
 """The tokens of the untimed ``generate`` the app and the API run before a timed one."""
 
 
-def time_generate(config: DecodeConfig, prompt: str, bank: ModelBank, warmup_tokens: int = 0, **models: Any) -> dict:
+def time_generate(config: DecodeConfig, prompt: str, bank: ModelBank, warmup_tokens: int = 0, stop: threading.Event | None = None,
+                  **models: Any) -> dict:
     """transformers' ``generate`` on the target (and the draft and γ) of ``config``, with its sampling settings and
     transformers' own linear kernels (:func:`~specviz.models.backends.cpu.stock_linears`), as a user of transformers
     runs it: new tokens, wall seconds, tokens/s and the token ids. ``warmup_tokens``: an untimed ``generate`` of that
-    many tokens first (the first call in a process pays set-up costs); ``models``: ``prepare``'s model arguments."""
+    many tokens first (the first call in a process pays set-up costs); ``stop``: see :func:`hf_generate`; ``models``:
+    ``prepare``'s model arguments."""
     if warmup_tokens:
-        time_generate(replace(config, max_new_tokens=warmup_tokens).validate(), prompt, bank, **models)
+        time_generate(replace(config, max_new_tokens=warmup_tokens).validate(), prompt, bank, stop=stop, **models)
     run = prepare(config, prompt, bank, **models)
     draft = run.drafters[0].model.lm.model if run.drafters else None
     with stock_linears(run.target.lm.model, *([draft] if draft is not None else [])):
         new, wall = hf_generate(run.target.lm.model, draft, run.prompt_ids, config.gamma, config.max_new_tokens, run.stop_ids,
-                                run.sampler)
+                                run.sampler, stop)
     return {"new_tokens": len(new), "wall_s": wall, "tokens_per_s": len(new) / wall, "token_ids": new}
 
 

@@ -56,7 +56,7 @@ def _time_generate(models: Models, comp: Comparison, rnd: int) -> Iterator[tuple
         return
     yield frame(status=_progress(comp, GENERATE_LABEL, rnd, 0))
     config = comp.configs[GENERATE_LABEL]
-    timing = time_generate_or_error(config, comp.prompt)
+    timing = yield from time_generate_or_error(config, comp.prompt, frame())
     if "error" in timing:
         comp.generate_error = timing["error"]
         yield frame(columns=comp.columns())

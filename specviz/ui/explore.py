@@ -99,7 +99,7 @@ def _measure_generate(config: DecodeConfig, prompt: str, session: dict, ar: dict
     """Time transformers' generate beside the AR baseline ``ar`` (a run record): kept with it in the session cache (a
     failure too, as its message, until a later run tries again); returns the record."""
     yield frame(status=status_html(f"Timing {GENERATE} on the same target, prompt and settings ({GENERATE_KERNELS})…", "busy"))
-    timing = time_generate_or_error(config, prompt)
+    timing = yield from time_generate_or_error(config, prompt, frame())
     figure = timing if "error" in timing else generate_figure(timing, ar["token_ids"], config.temperature > 0)
     ar = {**ar, "transformers": figure}
     put_baseline(session, config, prompt, {k: v for k, v in ar.items() if k != "reused"})

@@ -60,11 +60,16 @@ def guarded(frames: Callable[[], Iterator[tuple]], on_error: Callable[[str], tup
         yield on_error(message)
 
 
-def time_generate_or_error(config: DecodeConfig, prompt: str) -> dict:
-    """transformers' generate timed on the AR baseline of ``config`` (:func:`specviz.ui.decode.generate_timing`), or,
-    when it fails, ``{"error": one line}`` shown beside the run, which stands."""
+def time_generate_or_error(config: DecodeConfig, prompt: str, idle: tuple) -> Iterator[tuple]:
+    """transformers' generate timed on the AR baseline of ``config`` (:func:`specviz.ui.decode.generate_timing`),
+    returned once done, or, when it fails, ``{"error": one line}`` shown beside the run, which stands. It yields the
+    handler's frame ``idle`` while it waits, so that a Stop can close it."""
     try:
-        return generate_timing(baseline_config(config), prompt)
+        for timing in generate_timing(baseline_config(config), prompt):
+            if timing is not None:
+                return timing
+            yield idle
+        raise RuntimeError("transformers' generate returned nothing")
     except Exception as exc:
         message = user_message(exc)
         notify(f"transformers' generate failed: {message}")
