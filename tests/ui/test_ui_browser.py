@@ -64,7 +64,7 @@ def token_count(page) -> int:
 
 def test_walk_through_the_app(page):
     SHOTS.mkdir(parents=True, exist_ok=True)  # the screenshots show what a newcomer gets: the defaults
-    page.get_by_text(re.compile("^code: ")).first.click()
+    page.get_by_text(re.compile("^chat: ")).first.click()
     assert page.locator("#explore-prompt textarea").input_value() != ""
     set_number(page, "explore-max-new-tokens", 192)  # long enough to be stopped mid-way at the defaults' speed
 
