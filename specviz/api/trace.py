@@ -21,7 +21,7 @@ from specviz.viz.export import race_series, run_label, trace_headline, trace_pag
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
 from specviz.viz.trace import TraceBuilder
 
-TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 2  # 2: a step may hold a token tree ("tree")
+TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 3  # 2: a step may hold a token tree ("tree"); 3: a run may come from a server ("source")
 MAX_TRACE_BYTES = 32 * 2**20
 
 
@@ -43,6 +43,7 @@ class Trace:
     models: dict = field(default_factory=dict)
     machine: str = ""
     baseline: Trace | None = field(repr=False, default=None)
+    source: dict | None = None
 
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "text": "the decoded continuation (special tokens skipped)",
@@ -52,6 +53,8 @@ class Trace:
         "steps": "one object per step (below)",
         "theory": "the polybasic theory of the run (below); `null` when the drafter changed between steps (draft selection)",
         "machine": "the CPU or GPU, threads and torch; on a CPU, the target's linear kernel per row count, timed on the machine",
+        "source": "`null` for a run of this process's engine; a server's run: its `url`, `engine` (`vllm`), `version`, "
+                  "`model`, `speculative_config` (what the server reports of it) and `timing` (its per-request times, ms)",
     }
     """The keys of :meth:`to_json`, the CLI's ``--json`` object (the docs render this table)."""
 
@@ -65,7 +68,8 @@ class Trace:
     def to_json(self) -> dict:
         """The CLI's ``--json`` object."""
         return {"text": self.text, "token_ids": self.token_ids, "config": self.config.to_dict(), "metrics": self.metrics,
-                "steps": [e.to_dict() for e in self.steps], "theory": self.theory, "machine": self.machine}
+                "steps": [e.to_dict() for e in self.steps], "theory": self.theory, "machine": self.machine,
+                "source": self.source}
 
     def to_dict(self) -> dict:
         """The trace file's content: the ``--json`` object plus the prompt, the models, the machine, the token texts,
@@ -115,7 +119,7 @@ class Trace:
         return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"],
                    [StepEvent.from_dict(step) for step in data["steps"]], data["metrics"], data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
-                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None)
+                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("source"))
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -158,6 +162,8 @@ def check_trace(data: Any) -> dict:
             raise ConfigError(f"truncated or damaged trace: step {i + 1} does not have a step's fields")
     if not all(isinstance(s, list | tuple) and len(s) == len(fields(TokenSpan)) for s in data["spans"]):
         raise ConfigError("truncated or damaged trace: a token span is not a list of its fields")
+    if data.get("source") is not None and not isinstance(data["source"], dict):
+        raise ConfigError("truncated or damaged trace: 'source' is not an object")
     if data.get("baseline") is not None:
         check_trace(data["baseline"])
     return data
@@ -180,5 +186,5 @@ def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:
         ids.update(e.draft_ids, e.emitted_ids)
         for v in e.verify:
             ids.update(t for t, _ in v.p_top + v.q_top + (v.residual_top or {}).get("top", []))
-    ids = sorted(ids)
+    ids = sorted(ids - {None})  # a server's rejected drafts have no id
     return dict(zip(ids, tokenizer.batch_decode([[i] for i in ids])))

@@ -14,3 +14,7 @@ def first_line(exc: BaseException) -> str:
 
 class ConfigError(ValueError):
     """A user mistake in the run's settings; the message is one line."""
+
+
+class ServerError(ModelLoadError):
+    """A model server could not be used, or its answer is not data this version reads; the message is one line."""
