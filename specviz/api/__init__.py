@@ -11,11 +11,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specviz.api.server import server_trace
 from specviz.api.trace import Trace, load_trace, trace_of
 from specviz.core.errors import ConfigError
 from specviz.core.record import StepEvent
 from specviz.models.loaded import LoadedModel
 from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
+from specviz.models.vllm_client import DEFAULT_TIMEOUT_S
 from specviz.runtime.bank import ModelBank, target_dtype
 from specviz.runtime.config import DecodeConfig, respelled
 from specviz.runtime.prepare import baseline_config, prepare
@@ -107,6 +109,7 @@ def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any
 
 
 def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, baseline: bool = False,
+              server: str | None = None, model: str | None = None, server_timeout: float = DEFAULT_TIMEOUT_S,
               **settings: Any) -> Trace:
     """Decode ``prompt`` and return its :class:`Trace`.
 
@@ -115,7 +118,18 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     id, a local directory, a loaded model, or a list of them (the engine picks one per step). ``baseline``: also
     decode autoregressively on the same target with the same sampling settings, for the speedup (any method).
     ``settings``: DecodeConfig's names (gamma, gamma_policy, accept, judge_threshold, chain, select, temperature,
-    top_p, seed, max_new_tokens, chat=True, method…)."""
+    top_p, seed, max_new_tokens, chat=True, method…).
+
+    ``server``: run on the vLLM server at this URL instead (its only model, or ``model``; the server's speculation,
+    this call's sampling settings, each answer awaited at most ``server_timeout`` seconds); its failures raise a
+    one-line :class:`~specviz.core.errors.ServerError`."""
+    if server is not None:
+        if target is not None or draft is not None or tokenizer is not None or baseline:
+            raise ConfigError("server= runs the server's speculation: target=, draft=, tokenizer= and baseline= are for local runs")
+        with _api_names():
+            return server_trace(prompt, server, model, DecodeConfig.from_values(settings), server_timeout)
+    if model is not None:
+        raise ConfigError("model= names a served model: use it with server=")
     with _api_names():
         config, models = _inputs(target, draft, tokenizer, settings)
         run = prepare(config, prompt, bank(), **models)

@@ -49,6 +49,7 @@ def server_trace(prompt: str, url: str, model: str | None = None, config: Decode
     plan = RunPlan(run_config, ServerTokenizer(client, name), answer.prompt_ids, name)
     trace = trace_of(prompt, plan, answer.steps, f"vLLM {version} at {client.url}")
     trace.text = answer.text
+    trace.serving = None
     if "time_to_first_token_ms" in answer.timing:
         trace.metrics["prefill_ms"] = answer.timing["time_to_first_token_ms"]
     trace.source = {"url": client.url, "engine": "vllm", "version": version, "model": name,

@@ -16,6 +16,7 @@ from specviz.core.record import StepEvent
 from specviz.models.loading import describe_hardware
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import RunPlan
+from specviz.runtime.serving import serving_export
 from specviz.viz import charts
 from specviz.viz.export import race_series, run_label, trace_headline, trace_page
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
@@ -44,6 +45,7 @@ class Trace:
     machine: str = ""
     baseline: Trace | None = field(repr=False, default=None)
     source: dict | None = None
+    serving: dict | None = None
 
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "text": "the decoded continuation (special tokens skipped)",
@@ -54,7 +56,9 @@ class Trace:
         "theory": "the polybasic theory of the run (below); `null` when the drafter changed between steps (draft selection)",
         "machine": "the CPU or GPU, threads and torch; on a CPU, the target's linear kernel per row count, timed on the machine",
         "source": "`null` for a run of this process's engine; a server's run: its `url`, `engine` (`vllm`), `version`, "
-                  "`model`, `speculative_config` (what the server reports of it) and `timing` (its per-request times, ms)",
+                  "`model`, `speculative_config` (what the server reports of it), `speculative_decoding` (its totals), "
+                  "`finish_reason` and `timing` (its per-request times, ms, and the request's time as the client saw it)",
+        "serving": "the run's speculation for a serving engine (below); `null` for a server's run",
     }
     """The keys of :meth:`to_json`, the CLI's ``--json`` object (the docs render this table)."""
 
@@ -69,7 +73,7 @@ class Trace:
         """The CLI's ``--json`` object."""
         return {"text": self.text, "token_ids": self.token_ids, "config": self.config.to_dict(), "metrics": self.metrics,
                 "steps": [e.to_dict() for e in self.steps], "theory": self.theory, "machine": self.machine,
-                "source": self.source}
+                "source": self.source, "serving": self.serving}
 
     def to_dict(self) -> dict:
         """The trace file's content: the ``--json`` object plus the prompt, the models, the machine, the token texts,
@@ -119,7 +123,8 @@ class Trace:
         return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"],
                    [StepEvent.from_dict(step) for step in data["steps"]], data["metrics"], data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
-                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("source"))
+                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("source"),
+                   data.get("serving"))
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -162,8 +167,9 @@ def check_trace(data: Any) -> dict:
             raise ConfigError(f"truncated or damaged trace: step {i + 1} does not have a step's fields")
     if not all(isinstance(s, list | tuple) and len(s) == len(fields(TokenSpan)) for s in data["spans"]):
         raise ConfigError("truncated or damaged trace: a token span is not a list of its fields")
-    if data.get("source") is not None and not isinstance(data["source"], dict):
-        raise ConfigError("truncated or damaged trace: 'source' is not an object")
+    for key in ("source", "serving"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(f"truncated or damaged trace: '{key}' is not an object")
     if data.get("baseline") is not None:
         check_trace(data["baseline"])
     return data
@@ -176,7 +182,7 @@ def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent], machine: s
     spans = TraceBuilder(plan.tokenizer, plan.prompt_ids).add_all(events)
     models = {"target": plan.target, "drafters": sorted({e.drafter for e in events if e.draft_ids})}
     return Trace(prompt, plan.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans,
-                 token_pieces(plan.tokenizer, events), models, machine or describe_hardware())
+                 token_pieces(plan.tokenizer, events), models, machine or describe_hardware(), serving=serving_export(plan.config))
 
 
 def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:

@@ -1,4 +1,4 @@
-"""The two user-facing errors. Their messages are one line, fit for the CLI, the UI and a notebook."""
+"""The user-facing errors (a setting, a model, a server). Their messages are one line, fit for the CLI, the UI and a notebook."""
 
 from __future__ import annotations
 

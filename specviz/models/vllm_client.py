@@ -8,6 +8,7 @@ a one-line :class:`~specviz.core.errors.ServerError`, as does a server that does
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -58,7 +59,7 @@ class VllmClient:
             if isinstance(exc.reason, TimeoutError):
                 raise ServerError(f"{self.url}{path} did not answer within {self.timeout:g} s") from None
             raise ServerError(f"no server answers at {self.url}: {exc.reason}") from None
-        except (OSError, ValueError) as exc:  # a connection cut mid-body, a malformed status line
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # a body cut short, a malformed status line
             raise ServerError(f"{self.url}{path}: the connection failed ({type(exc).__name__}: {exc})") from None
         if len(raw) > MAX_BODY_BYTES:
             raise ServerError(f"{self.url}{path} sent more than {MAX_BODY_BYTES // 2**20} MB")
