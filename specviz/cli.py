@@ -27,6 +27,16 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return value
+
+
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
@@ -67,6 +77,9 @@ def build_parser() -> Parser:
     g.add_argument("--server", metavar="URL", help="run on a vLLM server (http://host:port) with its speculation and "
                    "per-request metrics (--per-request-spec-decode-metrics detailed), instead of this process's engine")
     g.add_argument("--model", metavar="NAME", help="with --server: the served model (default: the server's only one)")
+    g.add_argument("--speculative-config", type=_json_object, metavar="JSON",
+                   help="with --server: the server's --speculative-config, kept in the trace (an n-gram server's steps "
+                   "without a draft are placed by its rule)")
     g.add_argument("--server-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"with --server: seconds to wait for each answer; default {DEFAULT_TIMEOUT_S:g}")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
@@ -102,8 +115,8 @@ def read_prompt(a: argparse.Namespace) -> str:
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
-    if a.server is None and a.model is not None:
-        raise ConfigError("--model names a served model: use it with --server")
+    if a.server is None and (a.model is not None or a.speculative_config is not None):
+        raise ConfigError(f"{'--model' if a.model is not None else '--speculative-config'} describes a server: use it with --server")
     trace = server_run(a) if a.server is not None else local_run(a)
     for path, write in ((a.trace_out, trace.save), (a.html, trace.to_html)):
         if path is not None:
@@ -132,7 +145,7 @@ def server_run(a: argparse.Namespace):
     given = [name for name in SERVER_REPLACES if getattr(a, name) != getattr(defaults, name)]
     if given:
         raise ConfigError(f"--server runs the server's speculation: {option(given[0])} is for local runs")
-    return server_trace(read_prompt(a), a.server, a.model, config_from_args(a), a.server_timeout)
+    return server_trace(read_prompt(a), a.server, a.model, config_from_args(a), a.server_timeout, a.speculative_config)
 
 
 def local_run(a: argparse.Namespace):

@@ -7,15 +7,15 @@ import json
 import socket
 
 import pytest
-from vllm_replay import captured, replaying
 
 import specviz
 from specviz.api.server import server_trace
 from specviz.api.trace import Trace, load_trace
 from specviz.cli import main
 from specviz.core.errors import ServerError
-from specviz.models.vllm_steps import UNTOLD, split_steps
+from specviz.models.vllm_steps import UNTOLD, ngram_proposal, split_steps
 from specviz.runtime.config import DecodeConfig
+from tests.vllm_replay import captured, replaying
 
 FIXTURE_NAMES = ("draft-m", "ngram")
 
@@ -33,6 +33,10 @@ def trace_from(run: dict, url: str, **kw) -> Trace:
     return server_trace(run["prompt"], url, config=DecodeConfig(max_new_tokens=run["max_new_tokens"]), **kw)
 
 
+def config_of(data: dict) -> dict:
+    return {"speculative_config": data["speculative_config"]} if data.get("speculative_config") else {}
+
+
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 @pytest.mark.parametrize("which", ["story", "stop"])
 def test_a_captured_answer_splits_into_the_prefill_token_and_one_step_per_array_entry(name, which):
@@ -40,23 +44,30 @@ def test_a_captured_answer_splits_into_the_prefill_token_and_one_step_per_array_
     answer = chat_answer(run)
     spec = answer["metrics"]["speculative_decoding"]
     with replaying(run["exchanges"]) as url:
-        trace = trace_from(run, url)
+        trace = trace_from(run, url, **config_of(data))
     ids = answer["choices"][0]["token_ids"]
     assert trace.token_ids == ids and trace.text == answer["choices"][0]["message"]["content"]
-    first, steps = trace.steps[0], trace.steps[1:]
+    first, steps = trace.steps[0], [s for s in trace.steps[1:] if s.draft_ids]
     assert first.emitted_ids == ids[:1] and first.draft_ids == [] and first.drafter == "target"
-    assert [s.accepted for s in steps] == spec["per_step_accepted"]
-    assert [len(s.draft_ids) for s in steps] == spec["per_step_drafted"]
+    assert sum(len(s.emitted_ids) for s in trace.steps) == len(ids)
+    assert [s.accepted for s in steps] == (spec["per_step_accepted"] or [])  # vLLM sends null for no step
+    assert [len(s.draft_ids) for s in steps] == (spec["per_step_drafted"] or [])
+    plain = [s for s in trace.steps[1:] if not s.draft_ids]
+    assert all(len(s.emitted_ids) == 1 and s.drafter == "target" for s in plain)
+    assert bool(plain) == (name == "ngram")  # vLLM lists no step an n-gram could not draft; specviz places them
     for s in steps:
         kept = s.emitted_ids[: s.accepted]
-        assert s.draft_ids[: len(kept)] == kept and all(t is None for t in s.draft_ids[len(kept):])
-        assert s.untold == UNTOLD and s.draft_p == s.draft_q == s.emitted_p == []
+        assert s.draft_ids[: len(kept)] == kept and s.draft_p == s.draft_q == s.emitted_p == []
+        if name == "ngram":  # the rule replayed names every draft
+            assert None not in s.draft_ids and s.untold == ["p", "q", "times"]
+        else:
+            assert all(t is None for t in s.draft_ids[len(kept):]) and s.untold == UNTOLD
     m = trace.metrics
     assert (m["accepted"], m["drafted"], m["new_tokens"]) == (spec["num_accepted_draft_tokens"], spec["num_draft_tokens"], len(ids))
-    assert m["target_forwards"] == spec["num_spec_steps"] + 1
+    assert m["target_forwards"] == 1 + spec["num_spec_steps"] + len(plain)
     src = trace.source
     assert (src["engine"], src["version"], src["model"], src["url"]) == ("vllm", data["version"], data["model"], url)
-    assert src["speculative_config"]["num_speculative_tokens"] == spec["num_spec_tokens"]
+    assert src["speculative_config"] == (data.get("speculative_config") or {"num_speculative_tokens": spec["num_spec_tokens"]})
     assert trace.config.gamma == spec["num_spec_tokens"] and trace.serving is None
 
 
@@ -66,12 +77,11 @@ def test_a_servers_trace_has_the_json_keys_of_a_local_run_and_saves_and_reloads(
         trace = trace_from(run, url)
     assert set(trace.to_json()) == set(Trace.JSON_KEYS)
     again = load_trace(trace.save(tmp_path / "server.json"))
-    assert again.to_dict() == json.loads(json.dumps(trace.to_dict()))
+    assert json.loads(json.dumps(again.to_dict())) == json.loads(json.dumps(trace.to_dict()))
     assert again.source == trace.source and again.steps[1].untold == UNTOLD
-    page = again.to_html()
-    assert "?" in "".join(s.text for s in again.spans if s.kind in ("rejected", "unchecked")) or not any(
-        s.accepted < len(s.draft_ids) for s in again.steps)
-    assert "<html" in page.lower()
+    unknown = [s for s in again.spans if s.kind in ("rejected", "unchecked")]
+    assert len(unknown) == trace.metrics["drafted"] - trace.metrics["accepted"] and {s.text for s in unknown} == {"?"}
+    assert "<html" in again.to_html().lower()
 
 
 def test_the_api_and_the_cli_run_on_a_server(capsys, tmp_path):
@@ -119,14 +129,14 @@ BAD_ANSWERS = [
     (lambda a: {**a, "metrics": None}, "no speculative-decoding metrics"),
     (lambda a: {**a, "metrics": {**a["metrics"], "speculative_decoding": None}}, "no speculative-decoding metrics"),
     (_drop_summary_arrays, "--per-request-spec-decode-metrics detailed"),
-    (_bump_first_step, "account for"),
+    (_bump_first_step, "cannot be drawn"),
     (lambda a: _set(a, num_accepted_draft_tokens=spec_of(a)["num_accepted_draft_tokens"] + 1), "do not add up to its totals"),
     (lambda a: _set(a, per_step_accepted=spec_of(a)["per_step_accepted"][:-1]), "disagree"),
     (lambda a: _set(a, per_step_accepted=[d + 1 for d in spec_of(a)["per_step_drafted"]]), "impossible"),
     (lambda a: _set(a, per_step_drafted=["3"] * len(spec_of(a)["per_step_drafted"])), "not a list of counts"),
     (lambda a: {**a, "choices": a["choices"] * 2}, "n = 1 only"),
     (lambda a: {**a, "choices": [{**a["choices"][0], "token_ids": None}]}, "return_token_ids"),
-    (lambda a: {**a, "choices": [{**a["choices"][0], "token_ids": a["choices"][0]["token_ids"][:10]}]}, "account for"),
+    (lambda a: {**a, "choices": [{**a["choices"][0], "token_ids": a["choices"][0]["token_ids"][:10]}]}, "cannot be drawn"),
     (lambda a: {**a, "choices": []}, "no choices"),
     (lambda a: json.dumps(a).encode()[: len(json.dumps(a)) // 2], "did not answer with JSON"),
     (lambda a: b"<html>Bad Gateway</html>", "did not answer with JSON"),
@@ -183,7 +193,7 @@ def test_a_url_that_does_not_answer_and_a_server_that_is_too_slow():
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["--model", "x"], "--model names a served model"),
+    (["--model", "x"], "--model describes a server"),
     (["--server", "URL", "--draft", "draft-m"], "--draft is for local runs"),
     (["--server", "URL", "--no-chat"], "--chat cannot be turned off"),
     (["--server", "CLOSED"], "no server answers"),
@@ -195,11 +205,25 @@ def test_cli_mistakes_with_a_server_exit_2_with_one_line(capsys, args, fragment)
         args = [{"URL": url, "CLOSED": f"http://127.0.0.1:{closed_port()}"}.get(x, x) for x in args]
         code = main(["generate", "--prompt", run["prompt"], *args])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("specviz: error:") and fragment in err[0]
+    assert code == 2 and len(err) == 1 and err[0].startswith("specviz: error:") and fragment in err[0], err
 
 
-def test_steps_vllm_does_not_list_are_named_when_tokens_are_left_over():
-    with pytest.raises(ServerError, match="steps the arrays do not list"):
-        split_steps(list(range(8)), [1, 1], [3, 3], {})
-    steps = split_steps(list(range(6)), [3, 3], [3, 3], {})  # the last step cut short by a stop token
+def test_tokens_the_arrays_do_not_cover_are_refused_unless_the_ngram_rule_places_them():
+    with pytest.raises(ServerError, match="give its speculative config"):
+        split_steps([], list(range(8)), [1, 1], [3, 3], {})
+    with pytest.raises(ServerError, match="tokens end after 1"):
+        split_steps([], list(range(3)), [1, 1], [3, 3], {})
+    steps = split_steps([], list(range(6)), [3, 3], [3, 3], {})  # the last step cut short by a stop token
     assert [s.emitted_ids for s in steps] == [[0], [1, 2, 3, 4], [5]]
+
+
+def test_the_ngram_rule_is_vllms_longest_then_earliest_match():
+    assert ngram_proposal([5, 6, 7, 5, 6, 8, 5, 6], 1, 3, 3) == [7, 5, 6]  # "5 6" twice before: the earliest wins
+    assert ngram_proposal([1, 2, 3, 9, 2, 3, 4, 2, 3], 1, 3, 2) == [9, 2]  # "4 2 3" never came before; "2 3" twice
+    assert ngram_proposal([1, 2, 3, 4], 1, 3, 3) == []
+    assert ngram_proposal([4, 1, 2, 9, 2], 2, 3, 3) == []  # only a 1-token match: under the shortest allowed
+    # prompt [1 2], output 1 2 1 2 1: steps after the prefill token, replayed with k = 2
+    steps = split_steps([1, 2], [1, 2, 1, 2, 1], [2, 0], [2, 2], {}, ngram=(1, 3, 2))
+    assert [(s.draft_ids, s.emitted_ids) for s in steps] == [([], [1]), ([2, 1], [2, 1, 2]), ([1, 2], [1])]
+    with pytest.raises(ServerError, match="does not reproduce"):
+        split_steps([1, 2], [1, 2, 1, 2, 1], [2, 0], [3, 2], {}, ngram=(1, 3, 2))

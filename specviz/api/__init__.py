@@ -110,7 +110,7 @@ def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any
 
 def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, baseline: bool = False,
               server: str | None = None, model: str | None = None, server_timeout: float = DEFAULT_TIMEOUT_S,
-              **settings: Any) -> Trace:
+              speculative_config: dict | None = None, **settings: Any) -> Trace:
     """Decode ``prompt`` and return its :class:`Trace`.
 
     ``target``: a preset name, hub id, local directory or loaded transformers model (then pass its ``tokenizer``);
@@ -121,15 +121,15 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     top_p, seed, max_new_tokens, chat=True, method…).
 
     ``server``: run on the vLLM server at this URL instead (its only model, or ``model``; the server's speculation,
-    this call's sampling settings, each answer awaited at most ``server_timeout`` seconds); its failures raise a
-    one-line :class:`~specviz.core.errors.ServerError`."""
+    this call's sampling settings, each answer awaited at most ``server_timeout`` seconds; ``speculative_config``:
+    the server's, where known); its failures raise a one-line :class:`~specviz.core.errors.ServerError`."""
     if server is not None:
         if target is not None or draft is not None or tokenizer is not None or baseline:
             raise ConfigError("server= runs the server's speculation: target=, draft=, tokenizer= and baseline= are for local runs")
         with _api_names():
-            return server_trace(prompt, server, model, DecodeConfig.from_values(settings), server_timeout)
-    if model is not None:
-        raise ConfigError("model= names a served model: use it with server=")
+            return server_trace(prompt, server, model, DecodeConfig.from_values(settings), server_timeout, speculative_config)
+    if model is not None or speculative_config is not None:
+        raise ConfigError("model= and speculative_config= describe a server: use them with server=")
     with _api_names():
         config, models = _inputs(target, draft, tokenizer, settings)
         run = prepare(config, prompt, bank(), **models)

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 
 from specviz.api.trace import Trace, trace_of
-from specviz.core.errors import ConfigError
+from specviz.core.errors import ConfigError, ServerError
 from specviz.core.policy import MAX_GAMMA
 from specviz.models.vllm_client import DEFAULT_TIMEOUT_S, ServerTokenizer, VllmClient
 from specviz.models.vllm_steps import read_answer
@@ -20,11 +20,13 @@ DRAFTER = "vllm"
 
 
 def server_trace(prompt: str, url: str, model: str | None = None, config: DecodeConfig | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> Trace:
+                 timeout: float = DEFAULT_TIMEOUT_S, speculative_config: dict | None = None) -> Trace:
     """Run ``prompt`` on the vLLM server at ``url`` (its only model, or ``model``) with ``config``'s sampling settings
     (temperature, top-p, seed, max new tokens; the chat template is the server's) and return the run's Trace.
     A server that does not answer, is not vLLM, runs without speculation or per-request metrics, or sends what does
-    not add up raises a one-line ServerError; a bad setting a ConfigError."""
+    not add up raises a one-line ServerError; a bad setting a ConfigError. ``speculative_config``: the server's
+    ``--speculative-config``, where known: kept in the trace's source, and an n-gram server's steps are placed by
+    replaying its rule (vLLM lists no step that drafted nothing)."""
     config = (config or DecodeConfig()).validate()
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
@@ -33,6 +35,8 @@ def server_trace(prompt: str, url: str, model: str | None = None, config: Decode
     if config.method != "sd":
         raise ConfigError(f"a server run decodes with the server's speculation: {option('method')} {config.method} "
                           "is for local runs")
+    if speculative_config is not None and not isinstance(speculative_config, dict):
+        raise ConfigError("the server's speculative config is a JSON object, as given to vLLM's --speculative-config")
     if not timeout > 0:
         raise ConfigError(f"the server timeout must be positive, got {timeout}")
     client = VllmClient(url, timeout)
@@ -41,8 +45,12 @@ def server_trace(prompt: str, url: str, model: str | None = None, config: Decode
     started = time.perf_counter()
     body = client.chat(name, prompt, max_tokens=config.max_new_tokens, temperature=config.temperature,
                        top_p=config.top_p, seed=config.seed)
-    answer = read_answer(body, DRAFTER, 1e3 * (time.perf_counter() - started))
+    answer = read_answer(body, DRAFTER, 1e3 * (time.perf_counter() - started), speculative_config)
     spec = answer.spec
+    told = (speculative_config or {}).get("num_speculative_tokens", spec["num_spec_tokens"])
+    if told != spec["num_spec_tokens"]:
+        raise ServerError(f"the speculative config given says num_speculative_tokens {told}, the server drafts up to "
+                          f"{spec['num_spec_tokens']}: it is not the server's")
     gamma = spec["num_spec_tokens"] if 1 <= spec["num_spec_tokens"] <= MAX_GAMMA else config.gamma
     run_config = replace(config, target=name, draft=DRAFTER, gamma=gamma, gamma_policy="fixed", chain=[], select=[],
                          tree_nodes=0).validate()
@@ -53,7 +61,7 @@ def server_trace(prompt: str, url: str, model: str | None = None, config: Decode
     if "time_to_first_token_ms" in answer.timing:
         trace.metrics["prefill_ms"] = answer.timing["time_to_first_token_ms"]
     trace.source = {"url": client.url, "engine": "vllm", "version": version, "model": name,
-                    "speculative_config": {"num_speculative_tokens": spec["num_spec_tokens"]},
+                    "speculative_config": speculative_config or {"num_speculative_tokens": spec["num_spec_tokens"]},
                     "speculative_decoding": {k: v for k, v in spec.items() if not k.startswith("per_step")},
                     "finish_reason": answer.finish_reason, "timing": answer.timing}
     return trace

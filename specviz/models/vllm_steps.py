@@ -4,7 +4,8 @@ vLLM emits its first token from the prefill; every later step drafted ``per_step
 ``per_step_accepted[i]`` and emitted one more of the target's own, so the answer's token ids split into a target
 step of one token and then one step per array entry. The last step may end early, at a stop token among its
 accepted drafts or at ``max_tokens``. A step says what the server does not tell (:data:`UNTOLD`): its rejected
-draft ids are ``null``, p and q are empty, its times are zero.
+draft ids are ``null``, p and q are empty, its times are zero. vLLM lists no step that drafted nothing (an n-gram
+without a match); given an n-gram server's config, its rule is replayed to place those steps and name every draft.
 
 The answer is data: arrays that are missing, of the wrong type, disagree with the totals beside them or do not add
 up to the emitted tokens raise a one-line :class:`~specviz.core.errors.ServerError`, and nothing is drawn.
@@ -46,6 +47,8 @@ def _ids(value: object, what: str) -> list[int]:
 
 def _counts(spec: dict, key: str) -> list[int]:
     value = spec.get(key)
+    if value is None and spec["num_spec_steps"] == 0:  # vLLM sends null, or nothing, for no step
+        return []
     if value is None:
         raise ServerError("the server reports speculation per request only as a summary: start it with "
                           "--per-request-spec-decode-metrics detailed")
@@ -72,13 +75,14 @@ def read_spec(metrics: object) -> dict:
     if sum(accepted) != spec["num_accepted_draft_tokens"] or sum(drafted) != spec["num_draft_tokens"]:
         raise ServerError("the server's per-step arrays do not add up to its totals (num_accepted_draft_tokens, "
                           "num_draft_tokens)")
-    return spec
+    return {**spec, "per_step_accepted": accepted, "per_step_drafted": drafted}
 
 
-def read_answer(answer: dict, drafter: str = "server", wall_ms: float = 0.0) -> ServerAnswer:
+def read_answer(answer: dict, drafter: str = "server", wall_ms: float = 0.0, speculative_config: dict | None = None) -> ServerAnswer:
     """A chat completion's body (``return_token_ids``, n = 1) as a :class:`ServerAnswer`; a one-line ServerError
     naming the first thing that is not as vLLM sends it. ``wall_ms``: the request's time as the client saw it, the
-    run's end where the server does not report its own times (``--enable-per-request-metrics``)."""
+    run's end where the server does not report its own times (``--enable-per-request-metrics``).
+    ``speculative_config``: the server's, where known (an n-gram server's steps are placed by its rule)."""
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ServerError("the server's answer has no choices: is this an OpenAI chat completion?")
@@ -99,34 +103,80 @@ def read_answer(answer: dict, drafter: str = "server", wall_ms: float = 0.0) -> 
     timing["client_wall_ms"] = wall_ms
     finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
     out = ServerAnswer(prompt_ids, token_ids, text, finish, spec, timing)
-    out.steps = split_steps(token_ids, spec["per_step_accepted"], spec["per_step_drafted"], timing, drafter)
+    out.steps = split_steps(prompt_ids, token_ids, spec["per_step_accepted"], spec["per_step_drafted"], timing, drafter,
+                            ngram_rule(speculative_config))
     return out
 
 
-def split_steps(token_ids: list[int], accepted: list[int], drafted: list[int], timing: dict,
-                drafter: str = "server") -> list[StepEvent]:
-    """The prefill's target step, then one step per array entry; refused unless the arrays account for every token."""
+def ngram_rule(config: dict | None) -> tuple[int, int, int] | None:
+    """(shortest, longest, k) of a server's n-gram speculative config, with vLLM's defaults; None for another method."""
+    if not isinstance(config, dict) or config.get("method") != "ngram":
+        return None
+    low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+    low, high = (low or high or 5), (high or low or 5)
+    k = config.get("num_speculative_tokens")
+    if not all(isinstance(v, int) and v >= 1 for v in (low, high, k)) or low > high:
+        raise ServerError(f"the n-gram speculative config {config} needs prompt_lookup_min <= prompt_lookup_max and "
+                          "num_speculative_tokens, all positive")
+    return low, high, k
+
+
+def ngram_proposal(tokens: list[int], low: int, high: int, k: int) -> list[int]:
+    """vLLM's n-gram proposal after ``tokens``: the tokens that followed the earliest of the longest earlier matches of
+    the current suffix (``low`` to ``high`` tokens), at most ``k``; none without a match."""
+    best, start, last = 0, 0, len(tokens) - 1
+    for end in range(last - 1, -1, -1):  # latest first: a tie keeps the earliest
+        n = 0
+        while n < high and end - n >= 0 and tokens[end - n] == tokens[last - n]:
+            n += 1
+        if n and n >= best:
+            best, start = n, end + 1
+    return tokens[start:start + k] if best >= low else []
+
+
+def _step(step: int, drafter: str, drafts: list, accepted: int, emitted: list[int], elapsed_ms: float,
+          untold: list[str]) -> StepEvent:
+    return StepEvent(step=step, drafter=drafter if drafts else "target", gamma=len(drafts), draft_ids=drafts, draft_q=[],
+                     draft_p=[], accepted=accepted, emitted_ids=emitted, emitted_p=[], accept_reasons=["exact"] * accepted,
+                     judge_scores=None, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0, total_ms=0.0, forward_ms=0.0,
+                     elapsed_ms=elapsed_ms, untold=untold)
+
+
+def split_steps(prompt_ids: list[int], token_ids: list[int], accepted: list[int], drafted: list[int], timing: dict,
+                drafter: str = "server", ngram: tuple[int, int, int] | None = None) -> list[StepEvent]:
+    """The prefill's target step, then one step per array entry; refused unless the arrays account for every token.
+
+    vLLM lists no step that drafted nothing. With an n-gram server's rule (``ngram``: shortest, longest, k) its
+    proposals are replayed on the tokens: a position without a match is a plain target step, and every other step's
+    drafts (rejected ones included) must have the length the server lists and agree with the tokens it kept."""
     if not token_ids:
         return []
-    listed = 1 + sum(a + 1 for a in accepted)
-    short = listed - len(token_ids)
-    if short < 0 or (accepted and short > accepted[-1]) or (not accepted and short):
-        what = "" if short > 0 else (f"; {-short} token(s) come from steps the arrays do not list (vLLM leaves out a step "
-                                     "that drafted nothing, such as an n-gram without a match)")
-        raise ServerError(f"the server's per-step arrays account for {listed} tokens (the prefill's and {len(accepted)} "
-                          f"steps') but it emitted {len(token_ids)}: the steps cannot be drawn{what}")
     ttft = timing.get("time_to_first_token_ms", 0.0)
     end = ttft + timing["generation_time_ms"] if "generation_time_ms" in timing else timing.get("client_wall_ms", 0.0)
-    steps = [StepEvent(step=1, drafter="target", gamma=0, draft_ids=[], draft_q=[], draft_p=[], accepted=0,
-                       emitted_ids=token_ids[:1], emitted_p=[], accept_reasons=[], judge_scores=None, draft_ms=0.0,
-                       verify_ms=0.0, overhead_ms=0.0, total_ms=0.0, forward_ms=0.0, elapsed_ms=ttft, untold=["p", "times"])]
-    at = 1
-    for i, (a, d) in enumerate(zip(accepted, drafted)):
+    steps = [_step(1, drafter, [], 0, token_ids[:1], ttft, ["p", "times"])]
+    at, i = 1, 0
+    while at < len(token_ids):
+        proposal = None if ngram is None else ngram_proposal(prompt_ids + token_ids[:at], *ngram)
+        if proposal == []:
+            steps.append(_step(len(steps) + 1, drafter, [], 0, token_ids[at:at + 1], end, ["p", "times"]))
+            at += 1
+            continue
+        if i == len(accepted):
+            hint = ("" if ngram else "; vLLM lists no step that drafted nothing: for an n-gram server, give its "
+                    "speculative config and specviz replays the rule")
+            raise ServerError(f"the server's per-step arrays ({len(accepted)} steps) account for {at} of the {len(token_ids)} "
+                              f"tokens it emitted: the steps cannot be drawn{hint}")
+        a, d = accepted[i], drafted[i]
         emitted = token_ids[at:at + a + 1]
-        at += len(emitted)
         kept = emitted[:a]
-        steps.append(StepEvent(
-            step=i + 2, drafter=drafter, gamma=d, draft_ids=kept + [None] * (d - len(kept)), draft_q=[], draft_p=[],
-            accepted=a, emitted_ids=emitted, emitted_p=[], accept_reasons=["exact"] * a, judge_scores=None, draft_ms=0.0,
-            verify_ms=0.0, overhead_ms=0.0, total_ms=0.0, forward_ms=0.0, elapsed_ms=end, untold=list(UNTOLD)))
+        if proposal is not None and (len(proposal) != d or proposal[:len(kept)] != kept):
+            raise ServerError(f"the n-gram rule {ngram} does not reproduce the server's step {i + 1} ({a} of {d} drafts kept): "
+                              "is that the server's speculative config?")
+        drafts = kept + [None] * (d - len(kept)) if proposal is None else proposal
+        steps.append(_step(len(steps) + 1, drafter, drafts, a, emitted, end, list(UNTOLD) if proposal is None else ["p", "q", "times"]))
+        at += len(emitted)
+        i += 1
+    if i < len(accepted):
+        raise ServerError(f"the server's per-step arrays list {len(accepted)} steps, but its {len(token_ids)} tokens end "
+                          f"after {i}: the steps cannot be drawn")
     return steps
