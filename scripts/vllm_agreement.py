@@ -20,6 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from vllm_server import speculative_config  # noqa: E402
 
 import specviz  # noqa: E402
 from specviz.analysis.suites import load_suite  # noqa: E402
@@ -47,6 +50,7 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
     started = time.monotonic()
     subprocess.run([*script, "start", "--port", str(port), "--spec", spec], check=True)
     print(f"{spec}: server up in {time.monotonic() - started:.0f} s", flush=True)
+    ngram = speculative_config(spec, 3, {}) if spec == "ngram" else None  # places the steps vLLM does not list
     try:
         client = VllmClient(f"http://127.0.0.1:{port}")
         model, out = client.model(None), {}
@@ -54,8 +58,9 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
             answer = client.chat(model, p["prompt"], max_tokens=max_new, temperature=0.0, top_p=1.0, seed=0)
             spec_metrics = answer["metrics"]["speculative_decoding"]
             try:
-                steps = [s.to_dict() for s in read_answer(answer).steps]
-            except ServerError:  # steps vLLM does not list (an n-gram without a match): totals only
+                steps = [s.to_dict() for s in read_answer(answer, speculative_config=ngram).steps]
+            except ServerError as exc:  # arrays the tokens do not bear out: totals only
+                print(f"{p['id']}: {exc}", flush=True)
                 steps = None
             ids = answer["choices"][0]["token_ids"]
             out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "steps": steps,

@@ -67,7 +67,7 @@ def test_the_exported_config_starts_vllm_and_generate_server_matches_the_local_r
     assert r.returncode == 0, r.stderr
     server = json.loads(r.stdout)
     local = json.loads(cli("--prompt", PROMPT, *LOCAL, "--max-new-tokens", "40", "--json").stdout)
-    assert set(server) == set(local)
+    assert set(server) == set(local) and local["serving"]["vllm_speculative_config"] == config
     assert server["token_ids"] == local["token_ids"]  # greedy, same target and draft: the same tokens
     steps = server["steps"]
     assert steps[0]["emitted_ids"] == server["token_ids"][:1] and all(s["gamma"] == 3 for s in steps[1:])
