@@ -72,6 +72,13 @@ def refuse_other_settings(out: str | Path, *lines: str) -> None:
                          f"(it lacks {other[0]!r}); pass another --out, or delete the file first to replace it")
 
 
+def write_report(out: Path, lines: list[str]) -> None:
+    """Write a measurement's report (one line per item) to ``out`` and print it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def results_files() -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*") if p.is_file())
 

@@ -4,10 +4,12 @@ notebook's markdown (generated blocks, code and settings such as ``γ = 3`` are 
 
 - a restated constant of the code: CONSTANTS below names the sentence and the value it must show; or
 - a line of a fenced block that quotes a results file its section cites (shown as the file has it); or
-- held by a file its paragraph cites, or when it cites none its section (``results/...``, an ``assets/...json`` or
-  ``.jsonl``), or by a table of its section rendered from the results: some number there rounds to the figure at its
-  precision (a percentage also as a fraction; a trace's speedup is its ``tokens_per_s`` over its
-  baseline's).
+- a figure computed from committed files that no results file states (the distillation shards' counts): CONSTANTS
+  names the sentence, and computes the value from the files; or
+- held by a file its paragraph (or list item) cites, or when it cites none its section (``results/...``, an ``assets/...json`` or
+  ``.jsonl``), or by a table rendered from the results in its section or in a section its paragraph links as a table
+  (``[the table above](#section)``, ``table in [page](page.md#section)``): some number there rounds to the figure at
+  its precision (a percentage also as a fraction; a trace's speedup is its ``tokens_per_s`` over its baseline's).
 
     python scripts/doc_figures.py          # print every figure that fails, with its page and line; exit 1 if any
 """
@@ -48,11 +50,13 @@ NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?![\d])|-?\d+(?:\.\d+)?(?:e-?\d+)?")
 
 @dataclass(frozen=True)
 class Constant:
-    """A sentence that restates a constant of the code: each group of ``pattern`` must read ``values()``, in order."""
+    """A sentence that restates a constant of the code: each group of ``pattern`` must read ``values()`` (with
+    ``of_match``, ``values(match)``: what that sentence's own groups must read), in order."""
 
     page: str
     pattern: str
-    values: Callable[[], tuple[float, ...]]
+    values: Callable[..., tuple[float | str, ...]]
+    of_match: bool = False
 
 
 def _default(fn: Callable, name: str) -> float:
@@ -104,6 +108,23 @@ def _vocab(model: str) -> float:
     return json.loads((ROOT / "assets" / "models" / model / "draft_vocab.json").read_text())["size"]
 
 
+@cache
+def _shards() -> tuple[tuple[int, int], ...]:
+    """(answers, answer tokens) of each committed distillation shard (``assets/distill/data/shard-*.npz``), in order."""
+    import numpy as np
+    answers = [np.load(path, allow_pickle=True)["answer"] for path in sorted((ROOT / "assets/distill/data").glob("shard-*.npz"))]
+    return tuple((len(a), sum(len(answer) for answer in a)) for a in answers)
+
+
+def _shard_range(m: re.Match) -> tuple[float | str, ...]:
+    """A row of drafts.md's shard table: its first and last shard (present), the answers each holds, their tokens."""
+    first, last = int(m[1]), int(m[2])
+    rows = _shards()[first:last + 1]
+    per_shard = {answers for answers, _ in rows}
+    return (first, first + len(rows) - 1, per_shard.pop() if len(per_shard) == 1 else "not one count",
+            sum(tokens for _, tokens in rows))
+
+
 def _cli_default(path: str, dest: str) -> float:
     import render_reference
     return render_reference.subcommand(path).get_default(dest)
@@ -152,6 +173,11 @@ CONSTANTS = [
     Constant("docs/drafts.md", r"sampled at temperature ([\d.]+) from the recipe", lambda: (_distill().SAMPLED[0],)),
     Constant("docs/drafts.md", r"scale per row: ([\d.]+) MB",
              lambda: (round((ROOT / "assets/models/smollm2-head/head.safetensors").stat().st_size / 1e6, 1),)),
+    Constant("docs/drafts.md", r"The committed data is (\d+) shards, ([\d,]+) answers,\s+([\d,]+) answer tokens",
+             lambda: (len(_shards()), sum(a for a, _ in _shards()), sum(t for _, t in _shards()))),
+    Constant("docs/drafts.md", r"^\| (\d+)–(\d+) \| (\d+) \| ([\d,]+) \|", _shard_range, of_match=True),
+    Constant("docs/performance.md", r"(?<=ms )with ([\d,]+) rows against",
+             lambda: tuple(sorted({_vocab("smollm2-draft-s"), _vocab("smollm2-draft-m")}))),
     Constant("docs/models.md", r"the ([\d,]+)-row output projection",
              lambda: (json.loads((ROOT / "assets/models/smollm2-draft-s/config.json").read_text())["vocab_size"],)),
     Constant("README.md", r"^sdk_version: (\S+)", lambda: (_pin("gradio"),)),
@@ -176,7 +202,7 @@ def constant_problems(page: str, text: str) -> tuple[list[str], list[tuple[int, 
             problems.append(f"{page}: no sentence matches the constant pattern {c.pattern!r} (update CONSTANTS)")
         for m in found:
             groups = [i for i in range(1, len(m.groups()) + 1) if m[i] is not None]
-            expected = c.values()
+            expected = c.values(m) if c.of_match else c.values()
             wrong = [i for i, value in zip(groups, expected) if not same(m[i], value)] or groups[len(expected):]
             if wrong or len(groups) != len(expected):
                 at = m.start(wrong[0]) if wrong else m.start()
@@ -271,6 +297,36 @@ def quote_problems(name: str, text: str) -> list[str]:
     return found
 
 
+def table_numbers(section: str) -> list[float]:
+    """The numbers of the rendered tables of a section."""
+    return [float(n.replace(",", "")) for block in GENERATED.finditer(section) for n in NUMBER.findall(block[0])]
+
+
+LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<page>[\w./-]*)#(?P<anchor>[^)\s]+)\)")
+
+
+def slug(header: str) -> str:
+    """A header's anchor as GitHub makes it: lower case, punctuation but ``-`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", header.strip().lstrip("#").strip().lower()).replace(" ", "-")
+
+
+def linked_tables(name: str, text: str, block: str) -> list[float]:
+    """The numbers of the rendered tables of the sections ``block`` links as a table (``[the table above](#s)``,
+    ``table in [page](page.md#s)``); ``text`` is the page ``name`` itself, for a link within it."""
+    found = []
+    for m in LINK.finditer(block):
+        if not re.search(r"\btables?\b", m["text"]) and not re.search(r"\btables? in\s+$", block[:m.start()]):
+            continue
+        target = text if not m["page"] else (ROOT / Path(name).parent / m["page"]).read_text()
+        found += [n for section in re.split(r"\n(?=#+ )", target) if slug(section.split("\n")[0]) == m["anchor"]
+                  for n in table_numbers(section)]
+    return found
+
+
+BLOCK = re.compile(r"(?:[^\n]*\S[^\n]*(?:\n|$))(?:(?![-*] |\d+\. )[^\n]*\S[^\n]*(?:\n|$))*")
+"""A paragraph, a list item (with its continuation lines and nested items) or a table: what a citation covers."""
+
+
 def problems(page: Path) -> list[str]:
     """Every figure of ``page`` that fails, as ``PAGE:LINE: ...``."""
     name = str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else "/".join(  # a copy: named as its original
@@ -283,17 +339,18 @@ def problems(page: Path) -> list[str]:
         prose = prose[:start] + re.sub(r"[^\n]", " ", prose[start:end]) + prose[end:]
     offset = 0
     for section in re.split(r"\n(?=#+ )", text):
-        tables = [float(n.replace(",", "")) for block in GENERATED.finditer(section) for n in NUMBER.findall(block[0])]
-        for block in re.finditer(r"(?:[^\n]*\S[^\n]*(?:\n|$))+", section):  # a paragraph, a list or a table
+        tables = table_numbers(section)
+        for block in BLOCK.finditer(section):
             sources = cited(GENERATED.sub("", block[0])) or cited(section)
-            values = [v for path in sources for v in numbers(path)] + tables
+            linked = linked_tables(name, text, block[0])
+            values = [v for path in sources for v in numbers(path)] + tables + linked
             for m in FIGURE.finditer(prose, offset + block.start(), offset + block.end()):
                 where = f"{name}:{line_of(text, m.start())}: {m[0].strip()!r}"
-                if not sources:
+                if not sources and not linked:
                     found.append(f"{where} names no source (cite the results file it comes from in its section)")
                 elif not holds(m[1], values, SCALES.get(m["scale"], 1.0)):
-                    found.append(f"{where} is not in {', '.join(sources)} (its paragraph's sources, else its section's) "
-                                 "nor in its section's rendered tables")
+                    found.append(f"{where} is not in {', '.join(sources) or 'a cited file'} (its paragraph's sources, else its section's) "
+                                 "nor in the rendered tables of its section or of one it links as a table")
         offset += len(section) + 1
     return found
 

@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.analysis.cost_model import predict_run  # noqa: E402
 from specviz.bench.harness import hf_generate  # noqa: E402
-from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter  # noqa: E402
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.errors import first_line  # noqa: E402
-from specviz.core.policy import LengthPolicy  # noqa: E402
+from specviz.core.policy import FixedPolicy  # noqa: E402
 from specviz.core.tree import MAX_TREE_NODES, TreeShape  # noqa: E402
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3  # noqa: E402
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead  # noqa: E402
@@ -146,7 +146,8 @@ def exactness_135m(n: int) -> None:
     draft = random_model({**SMOLLM2_135M, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                           "num_key_value_heads": 2}, "llama", torch.float32, seed=1)
     head = FeatureHead(target.model.config, (3, 14, 29)).to(device=DEVICE, dtype=torch.float32).eval()
-    cases = [("ar", 0, CHAIN)] + [(d, g, CHAIN) for d in ("draft", "ngram") for g in (1, 3, 6)] + [("feature head", 3, CHAIN)]
+    cases = [("ar", 0, SINGLE_PATH), *[(d, g, SINGLE_PATH) for d in ("draft", "ngram") for g in (1, 3, 6)],
+             ("feature head", 3, SINGLE_PATH)]
     cases += [(d, 8, TreeShape(2, "dynamic")) for d in ("draft", "ngram", "feature head")]
     for prompt_set, ids in enumerate(prompts(3, SMOLLM2_135M["vocab_size"])):
         ref = generate(target, ids, n)
@@ -160,10 +161,10 @@ def exactness_135m(n: int) -> None:
                 drafters = [NGramDrafter()]
             elif name == "feature head":
                 drafters = [FeatureDrafter(head, cached, None, "head", capacity)]
-            out = emitted(decode(cached, ids, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
+            out = emitted(decode(cached, ids, drafters=drafters, policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
             d = first_difference(out, ref)
             note = "" if d is None else f"first difference at {d}, top-2 margin {top2_margin(target, ids + ref[:d]):.5f}"
-            shape = f"tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
+            shape = f"tree of {gamma} nodes" if tree != SINGLE_PATH else f"γ={gamma}"
             label = f"135M-shape {name} {shape} prompt {prompt_set} (len {len(ids)})"
             record("exactness fp32", label, "equal" if d is None else "DIFFERS", "", note)
 
@@ -183,7 +184,7 @@ def exactness_eagle3(n: int) -> None:
                 for gamma in (1, 3, 6):
                     cached = cached_model(lm, capacity=len(ids) + n + 1, graphs=GRAPHS, taps=head.taps)
                     drafter = Eagle3Drafter(head, cached, capacity=cached.storage.stack.capacity, capture=cuda_capture if GRAPHS else None)
-                    events = list(decode(cached, ids, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n))
+                    events = list(decode(cached, ids, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n))
                     matched += emitted(events) == generate(lm, ids, n)
                     tokens = list(ids)
                     for e in events[:6]:
@@ -280,21 +281,23 @@ def speculative_split(target: LoadedModel, n: int) -> None:
         head = load_eagle3(head_path, target.model)
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
     capacity = len(prompt) + n + 1 + MAX_TREE_NODES
-    for gamma, tree in ((3, CHAIN), (6, CHAIN), (16, TreeShape(4, "dynamic"))):
+    for gamma, tree in ((3, SINGLE_PATH), (6, SINGLE_PATH), (16, TreeShape(4, "dynamic"))):
         for head_graphs in sorted({False, GRAPHS}):
             runs = []
             for _ in range(2):  # the first run records the graphs
                 cached = cached_model(target, capacity=capacity, graphs=GRAPHS, taps=head.taps)
                 drafter = Eagle3Drafter(head, cached, capacity=capacity if head_graphs else None,
                                         capture=cuda_capture if head_graphs else None)
-                runs.append(list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree)))
+                runs.append(list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree)))
             steps = [e for e in runs[-1][1:] if e.draft_ids]
-            split = {k: statistics.median(getattr(e, k) for e in steps) for k in ("draft_ms", "verify_ms", "overhead_ms", "total_ms")}
-            shape = f"dynamic tree of {gamma} nodes" if tree != CHAIN else f"γ={gamma}"
+            parts = {"drafting": lambda e: e.spans["drafting"], "verifying": lambda e: e.spans["verifying"],
+                     "other": lambda e: e.total_ms - e.spans["drafting"] - e.spans["verifying"], "total": lambda e: e.total_ms}
+            split = {k: statistics.median(part(e) for e in steps) for k, part in parts.items()}
+            shape = f"dynamic tree of {gamma} nodes" if tree != SINGLE_PATH else f"γ={gamma}"
             mode = "head as graphs" if head_graphs else "head eager"
             record("8B speculative step", f"EAGLE-3 head {shape}, {mode}: draft / verify / overhead / total per step",
                    " / ".join(f"{v:.2f}" for v in split.values()), "ms",
-                   f"median over {len(steps)} steps; drafting {split['draft_ms'] / split['verify_ms']:.3f} of the verify; accepted "
+                   f"median over {len(steps)} steps; drafting {split['drafting'] / split['verifying']:.3f} of the verify; accepted "
                    f"{sum(e.accepted for e in steps)} of {sum(len(e.draft_ids) for e in steps)} drafts (random head)")
 
 
@@ -331,9 +334,10 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         if not gamma:
             return list(decode(cached, prompt, max_new_tokens=n))
         drafter = ModelDrafter(cached_model(draft, capacity=capacity, graphs=GRAPHS))
-        return list(decode(cached, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=n, tree=tree))
+        return list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
 
-    runs = {"ar": (0, CHAIN), **{f"γ={g}": (g, CHAIN) for g in range(1, 6)}, "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
+    runs = {"ar": (0, SINGLE_PATH), **{f"γ={g}": (g, SINGLE_PATH) for g in range(1, 6)},
+            "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
     for gamma, tree in runs.values():  # warm-up: every graph captured once
         engine(gamma, tree)
     seconds: dict[str, list[float]] = {k: [] for k in runs}
@@ -344,7 +348,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
             seconds[label].append(timed(lambda gamma=gamma, tree=tree, box=box: box.extend(engine(gamma, tree))))
             events[label] = box
     ar_s = statistics.median(seconds["ar"])
-    t1 = sum(e.verify_ms for e in events["ar"]) / len(events["ar"])
+    t1 = sum(e.spans["verifying"] for e in events["ar"]) / len(events["ar"])
     assert len(emitted(events["ar"])) == n
     record("8B accepted draft", "AR", round(n / ar_s, 1), "tok/s", f"{n} tokens after a {len(prompt)}-token prompt, median of {rounds}")
     for label, (gamma, tree) in list(runs.items())[1:]:
@@ -355,7 +359,7 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
         accepted = sum(e.accepted for e in steps) / max(1, sum(len(e.draft_ids) for e in steps))
         note = (f"predicted {predicted:.2f}× (realized ÷ predicted {speedup / predicted:.2f}); {accepted:.0%} of drafts accepted; "
                 f"{tokens} tokens, {'the same as' if emitted(events[label]) == emitted(events['ar']) else 'not all equal to'} AR's")
-        if tree == CHAIN:
+        if tree == SINGLE_PATH:
             hf = statistics.median(timed(lambda gamma=gamma: hf_generate(target.model, draft.model, prompt, gamma, n, []))
                                    for _ in range(rounds))
             note += f"; {hf / statistics.median(seconds[label]):.2f}× transformers' assisted generation (same draft and γ)"

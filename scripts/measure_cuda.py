@@ -35,7 +35,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.metrics import summarize
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.record import StepEvent
 from specviz.core.timing import Stopwatch
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head
@@ -80,7 +80,7 @@ class Pair:
         elif drafter:
             draft = self.drafts[drafter]
             drafters = [ModelDrafter(cached_model(draft, vocab, full_vocab) if lean else CachedModel(draft, vocab))]
-        return list(decode(target, prompt, drafters=drafters, policy=LengthPolicy(gamma), max_new_tokens=n))
+        return list(decode(target, prompt, drafters=drafters, policy=FixedPolicy(gamma), max_new_tokens=n))
 
     @torch.inference_mode()
     def top2_margin(self, ids: list[int]) -> float:

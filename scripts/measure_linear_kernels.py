@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_steps import refuse_other_settings
+from bench_steps import refuse_other_settings, write_report
 from transformers import DynamicCache
 
 from specviz.bench.harness import describe_machine
@@ -66,9 +66,7 @@ def main(reps: int, out: Path) -> None:
     for name in variants:
         lines.append(f"| {name} | " + " | ".join(f"{ms[(name, n)]:.1f} ms" for n in SIZES)
                      + f" | {ms[(name, 4)] / ms[(name, 1)]:.2f} | {gap[name]:.1e} |")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(out, lines)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from specviz.core.drafters import Drafter  # noqa: E402
 from specviz.core.env import ENV  # noqa: E402
 from specviz.core.metrics import METRICS, summarize  # noqa: E402
 from specviz.core.policy import LengthPolicy  # noqa: E402
-from specviz.core.record import LevelRecord, NodeRecord, StepEvent, TreeRecord, VerifyRecord  # noqa: E402
+from specviz.core.record import SPANS, LevelRecord, NodeRecord, StepEvent, TreeRecord, VerifyRecord  # noqa: E402
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Registry  # noqa: E402
 from specviz.models.paths import ASSETS  # noqa: E402
 from specviz.models.presets import DEFAULT_ORDER, PRESETS  # noqa: E402
@@ -184,7 +184,7 @@ def bench_sets_table() -> str:
 
 OWNERS = {"THEORY_KEYS": "specviz/analysis/theory.py", "Trace": "specviz/api/trace.py",
           "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
-          "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py",
+          "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py", "SPANS": "specviz/core/record.py",
           "SERVING_KEYS": "specviz/runtime/serving.py"}
 
 
@@ -230,7 +230,7 @@ def json_serving() -> str:
 def json_theory() -> str:
     """The ``theory`` block's keys, from a run of a target, an intermediate level and a draft (every key it can hold)."""
     levels = [Level("target", "verify", 2, 2.0, [[2, 2]]), Level("mid", "verify", 2, 1.0, [[2, 1]]), Level("draft", "draft", 2, 1.0)]
-    step = SimpleNamespace(drafter="mid", draft_ids=[1], verify_ms=1.0, accepted=1, emitted_ids=[1, 2], total_ms=2.0,
+    step = SimpleNamespace(drafter="mid", draft_ids=[1], spans={"verifying": 1.0}, accepted=1, emitted_ids=[1, 2], total_ms=2.0,
                            levels=[])
     mentions(THEORY_KEYS["levels"], ["name", "role", "T_ms", "passes", "L", "predicted_passes", "beta"], "THEORY_KEYS['levels']")
     mentions(THEORY_KEYS["acceptance"], [k for k in levels[0].acceptance_report() if k != "a"] + ["a"], "THEORY_KEYS['acceptance']")
@@ -290,6 +290,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "json-object": json_object,
     "json-metrics": lambda: keys_table(METRICS, set(summarize([])), "METRICS"),
     "json-step": json_step,
+    "json-spans": lambda: keys_table(SPANS, set(SPANS), "SPANS"),
     "json-verify": lambda: keys_table(VerifyRecord.KEYS, {f.name for f in dataclasses.fields(VerifyRecord)}, "VerifyRecord.KEYS"),
     "json-tree": json_tree,
     "json-theory": json_theory,

@@ -75,11 +75,6 @@ EOF
   rm -rf "$tmp"
 }
 
-load_test_header() {  # the load test's command and this machine, as the first lines of its report
-  echo "# HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/python -m pytest -q -s tests/ui/test_load.py"
-  echo "# $($PY -c "from specviz.models.loading import describe_hardware; print(describe_hardware())"); STEPS=load-test scripts/run_benchmarks.sh"
-}
-
 for step in $STEPS; do
   case $step in
     predictor) $PY -m specviz fit-predictor --prompts "${PREDICTOR_PROMPTS:-0}" --out assets/models/acceptance_predictor.json ;;
@@ -111,10 +106,10 @@ for step in $STEPS; do
         --out results/policy_sim_eagle3.md ;;
     policy-sim-head-v1) $PY scripts/simulate_policies.py replay --out results/policy_sim.md ;;  # its default inputs: head-v1's matches and costs
     judge-eval) $PY -m specviz judge build && $PY -m specviz judge eval --out results/judge_eval.md ;;
-    ui) $PY scripts/measure_ui.py 6 | tee results/ui_measure_eagle3.txt ;;
+    ui) $PY scripts/measure_ui.py 6 --out results/ui_measure_eagle3.txt ;;
     ui-browser) $PY scripts/measure_ui_browser.py 6 --out results/ui_browser_defaults.txt ;;
     queue-poll) $PY scripts/measure_queue_poll.py 8 --out results/ui_queue_poll_defaults.txt ;;
-    load-test) { load_test_header && $PY -m pytest -q -s tests/ui/test_load.py; } | tee results/load_test_eagle3.txt ;;
+    load-test) $PY scripts/measure_load.py --out results/load_test_eagle3.txt ;;
     record-overhead) $PY scripts/measure_record_overhead.py 2 --out results/record_overhead_wall.md ;;
     chain-advisor) $PY -m specviz chain-advisor --prompts 3 --max-new-tokens 48 --top 3 | tee results/chain_advisor.txt ;;
     cuda-cpu) $PY scripts/measure_cuda.py --out results/cuda/cpu_bf16_ties --dtypes bfloat16 --prompts 0 --exact-prompts 8 \
@@ -127,21 +122,21 @@ done
 
 # Files under results/ that no step above writes: each with the command that made it and a note (where it ran, if not
 # this CPU, and what it measured that a step would not), as `# elsewhere: GLOB :: COMMAND :: NOTE`.
-# elsewhere: results/bench.* :: .venv/bin/python -m specviz bench --configs standard --per-category 2 --max-new-tokens 64 --repeats 2 --out results/bench :: 2026-11-24; its head rows measured head-v1
-# elsewhere: results/bench_transformers.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,hf-generate,sd draft-m γ=3,hf-assisted draft-m γ=3,sd head γ=3" --per-category 2 --max-new-tokens 96 --repeats 2 --out results/bench_transformers :: 2026-11-27, a 2-core EPYC; transformers' rows on its stock linear kernels, the engine on the kernels timed at load
-# elsewhere: results/bench_all_prompts.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts :: 2026-11-25; its head rows measured head-v1
+# elsewhere: results/bench.* :: .venv/bin/python -m specviz bench --configs standard --per-category 2 --max-new-tokens 64 --repeats 2 --out results/bench :: 2026-11-24; its head rows measured head-v1; its hf-assisted rows ran generate on specviz's packed linears (before 92f4275)
+# elsewhere: results/bench_transformers_epyc.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,hf-generate,defaults,sd draft-m γ=3,hf-assisted draft-m γ=3,sd head γ=3" --per-category 2 --max-new-tokens 96 --repeats 2 --out results/bench_transformers_epyc :: 2026-11-27, a 2-core EPYC; transformers' rows on its stock linear kernels, the engine on the kernels timed at load; the defaults row is the preset's default draft and γ policy
+# elsewhere: results/bench_all_prompts.* :: .venv/bin/python -m specviz bench --configs standard --only "ar,sd head γ=2,sd head γ=3,sd draft-m γ=3,hf-assisted draft-m γ=3" --per-category 0 --max-new-tokens 64 --repeats 2 --out results/bench_all_prompts :: 2026-11-25; its head rows measured head-v1; its hf-assisted row ran generate on specviz's packed linears (before 92f4275)
 # elsewhere: results/policies.* :: .venv/bin/python -m specviz bench --configs policies --per-category 2 --max-new-tokens 64 --repeats 2 --out results/policies :: 2026-11-24; its head is head-v1
 # elsewhere: results/selection.* :: .venv/bin/python -m specviz bench --configs selection --per-category 2 --max-new-tokens 64 --repeats 2 --out results/selection :: 2026-11-24; its head is head-v1
 # elsewhere: results/judge_head_draft.* :: .venv/bin/python -m specviz bench --configs judge-head --suite judge-eval --max-new-tokens 48 --only "exact,judge δ=0.7,judge δ=0.5" --out results/judge_head_draft :: 2026-11-24; its draft head is head-v1
 # elsewhere: results/judge.* :: .venv/bin/python -m specviz bench --configs judge --suite judge-eval --max-new-tokens 48 --out results/judge :: another x86_64 machine, 1 thread; with the paper's 577-parameter judge head (python -m specviz judge train --no-confidence) in place of the bundled one in assets/judges/
 # elsewhere: results/policy_sim_matches.json :: PYTHONPATH=. HF_HUB_OFFLINE=1 .venv/bin/python scripts/simulate_policies.py record --out results/policy_sim_matches.json :: the script of commit 6e4b21f, which wrote this path without --out (the script of this checkout refuses to overwrite it); its draft head is head-v1
 # elsewhere: results/record_overhead.md :: .venv/bin/python scripts/measure_record_overhead.py 2 --out results/record_overhead.md :: the script of commit 18448c2, which wrote this path without --out (the script of this checkout refuses to overwrite it) and timed decode time with the records built inside each step's timing; its draft head is head-v1
-# elsewhere: results/ui_measure.txt :: .venv/bin/python scripts/measure_ui.py 6 > results/ui_measure.txt :: committed in 18448c2; its draft head is head-v1
+# elsewhere: results/ui_measure.txt :: .venv/bin/python scripts/measure_ui.py 6 --out results/ui_measure.txt :: the script of commit 18448c2, which wrote this path through a shell redirect, without a header, with the head at fixed γ = 3 on both paths (the script of this checkout refuses to overwrite it); its draft head is head-v1
 # elsewhere: results/ui_browser_measure.txt :: .venv/bin/python scripts/measure_ui_browser.py 9 --out results/ui_browser_measure.txt :: commit 8d745e5 + uncommitted changes (that code's redraw pacing and queue polling); other jobs on the cores
 # elsewhere: results/ui_browser_measure_queue.txt :: .venv/bin/python scripts/measure_ui_browser.py 10 --out results/ui_browser_measure_queue.txt :: commit c152549, whose defaults were head at fixed γ = 3
 # elsewhere: results/ui_browser_measure_quiet.txt :: .venv/bin/python scripts/measure_ui_browser.py 5 --out results/ui_browser_measure_quiet.txt :: commit 35f4fc7 (that code's queue polling)
 # elsewhere: results/ui_queue_poll.txt :: .venv/bin/python scripts/measure_queue_poll.py 8 --out results/ui_queue_poll.txt :: commit c152549, whose Explore defaults were head at fixed γ = 3; its header names the machine
-# elsewhere: results/load_test.txt :: HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False .venv/bin/python -m pytest -q -s tests/ui/test_load.py > results/load_test.txt :: its output under a 3-line header; 2026-11-25; its draft head is head-v1
+# elsewhere: results/load_test.txt :: .venv/bin/python scripts/measure_load.py --out results/load_test.txt :: 2026-11-25: the output of the pytest command on its first line, under a header written by hand (the script of this checkout refuses to overwrite it); its draft head is head-v1
 # elsewhere: results/exactness_all.log :: SPECVIZ_EXACTNESS_LOG=results/exactness_all.log make test :: at commit 3b33f82, whose test ran all 48 suite prompts at one γ each (the test of this checkout runs 24, and refuses to overwrite this log); the header names the commit and machine
 # elsewhere: results/train_draft_s.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 96 --layers 2 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-s > results/train_draft_s.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23
 # elsewhere: results/train_draft_m.log :: OMP_NUM_THREADS=1 .venv/bin/python -m specviz.training.drafts fit --width 128 --layers 4 --heads 4 --epochs 8 --minutes 28 --out assets/models/smollm2-draft-m > results/train_draft_m.log 2>&1 :: a step of scripts/train_drafts.sh; shards 0-23

@@ -27,6 +27,7 @@ import shlex
 import statistics
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -137,7 +138,8 @@ class Clairvoyant(LengthPolicy):
         self.lengths = lengths
 
     def choose(self, drafter, tokens: list[int]) -> Choice:
-        return Choice(self.lengths[len(tokens)])
+        gamma = self.lengths[len(tokens)]
+        return Choice(gamma, partial(dict, policy="clairvoyant", gamma=gamma))
 
 
 class Stopping(LengthPolicy):

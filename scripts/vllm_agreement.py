@@ -65,7 +65,7 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
             ids = answer["choices"][0]["token_ids"]
             out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "steps": steps,
                             "n_steps": spec_metrics["num_spec_steps"],
-                            "unlisted": len(ids) - 1 - sum(a + 1 for a in spec_metrics["per_step_accepted"])}
+                            "unlisted": max(0, len(ids) - 1 - sum(a + 1 for a in spec_metrics["per_step_accepted"] or []))}
     finally:
         subprocess.run([*script, "stop", "--port", str(port)], check=False)
     return out

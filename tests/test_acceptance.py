@@ -7,7 +7,7 @@ from specviz.core.acceptance import ExactRule, LenientRule, TopKRule, first_fals
 from specviz.core.drafters import Draft, ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.hidden import prenorm_states
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler, top_p_filter
 from specviz.methods.judge import JudgeHead, JudgeRule
 from specviz.models.backends import cached_model
@@ -29,7 +29,7 @@ def first_token_counts(p: torch.Tensor, q_true: torch.Tensor, q_told: torch.Tens
     logits = p.log()
     for _ in range(n):
         ids = [int(torch.multinomial(q_true[i], 1, generator=sampler.generator)) for i in range(gamma)]
-        verdict = rule.verify(Draft(ids, q_told[:gamma], "synthetic"), logits, p, sampler)
+        verdict = rule.verify(Draft(ids, q_told[:gamma], "synthetic"), logits, sampler)
         first = ids[0] if verdict.accepted > 0 else verdict.next_token
         counts[first] += 1
     return counts
@@ -88,7 +88,7 @@ def test_speculative_sampling_matches_target_on_a_model(small_vocab_pair, temper
     n = 1500
     for seed in range(n):
         events = decode(cached_model(target), prompt, drafters=[ModelDrafter(cached_model(draft))],
-                        policy=LengthPolicy(3), sampler=Sampler(temperature, top_p, seed), max_new_tokens=2)
+                        policy=FixedPolicy(3), sampler=Sampler(temperature, top_p, seed), max_new_tokens=2)
         t1, t2 = [t for e in events for t in e.emitted_ids][:2]
         counts[t1 * target.vocab_size + t2] += 1
     keep = joint * n >= 5  # chi-square needs populated cells; pool the rest (top-p leaves some at exactly 0)
@@ -109,7 +109,7 @@ def RandomHead(hidden: int, bias: float = 0.0, scale: float = 1.0, confidence: b
 
 def relaxed_run(target, draft, rule, temperature, seed=0, n=24):
     events = list(decode(cached_model(target, prenorm=rule.needs_states), [5, 17, 3, 9], drafters=[ModelDrafter(cached_model(draft))],
-                         rule=rule, policy=LengthPolicy(4), sampler=Sampler(temperature, 1.0, seed), max_new_tokens=n))
+                         rule=rule, policy=FixedPolicy(4), sampler=Sampler(temperature, 1.0, seed), max_new_tokens=n))
     return [t for e in events for t in e.emitted_ids], events
 
 
@@ -158,14 +158,53 @@ def test_judge_that_accepts_everything_keeps_every_draft(tiny_target, tiny_draft
 
 def test_topk_accepts_within_the_targets_top_k():
     logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 3.0, 2.0], [0.0, 1.0, 0.5, 5.0]])  # no ties: topk breaks them by device
-    p = logits.softmax(-1)
-    verdict = TopKRule(2).verify(Draft([1, 3, 0], None, "d"), torch.cat([logits, logits[:1]]), torch.cat([p, p[:1]]), Sampler())
+    verdict = TopKRule(2).verify(Draft([1, 3, 0], None, "d"), torch.cat([logits, logits[:1]]), Sampler())
     assert verdict.accepted == 2 and verdict.reasons == ["topk", "topk", "rejected"] and verdict.next_token == 3
 
 
 def test_greedy_lenience_accepts_near_ties():
     logits = torch.tensor([[2.0, 1.9, -3.0], [0.0, 0.0, 0.0]]).log_softmax(-1)
-    p = logits.softmax(-1)
     draft = Draft([1], None, "d")
-    assert LenientRule(1.0).verify(draft, logits, p, Sampler()).accepted == 0
-    assert LenientRule(0.8).verify(draft, logits, p, Sampler()).reasons == ["lenient"]
+    assert LenientRule(1.0).verify(draft, logits, Sampler()).accepted == 0
+    assert LenientRule(0.8).verify(draft, logits, Sampler()).reasons == ["lenient"]
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """The number of tensor-to-Python reads (``tolist``, ``item``, ``int()``, ``float()``, ``bool()``) made so far."""
+    count = [0]
+
+    def counting(original):
+        def counted(self, *args, **kwargs):
+            count[0] += 1
+            return original(self, *args, **kwargs)
+        return counted
+
+    for name in ("tolist", "item", "__int__", "__float__", "__bool__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(getattr(torch.Tensor, name)))
+    return count
+
+
+@pytest.mark.parametrize("rule", [ExactRule(), TopKRule(2), LenientRule(0.5)], ids=lambda r: r.name)
+@pytest.mark.parametrize("hits", [0, 2, 3])
+def test_greedy_verification_reads_the_device_once(host_reads, rule, hits):
+    logits = torch.randn(4, V, generator=torch.Generator().manual_seed(hits))
+    best = logits.argmax(-1).tolist()
+    ids = best[:hits] + [(b + 1) % V for b in best[hits:3]]
+    host_reads[0] = 0
+    verdict = rule.verify(Draft(ids, None, "d"), logits, Sampler())
+    assert host_reads[0] == 1
+    assert verdict.accepted >= hits and verdict.path == list(range(verdict.accepted))
+    if rule.name == "exact":
+        assert verdict.accepted == hits and verdict.next_token == best[hits]
+
+
+def test_greedy_tree_verification_reads_the_device_once(host_reads):
+    from specviz.core.tree import TokenTree, verify_tree
+
+    logits = torch.randn(5, V, generator=torch.Generator().manual_seed(0))
+    best = logits.argmax(-1).tolist()
+    tree = TokenTree([(best[0] + 1) % V, best[0], best[2], (best[3] + 1) % V], [-1, -1, 1, 2])
+    host_reads[0] = 0
+    path, token, _ = verify_tree(tree, None, logits, None, Sampler())
+    assert host_reads[0] == 1 and path == [1, 2] and token == best[3]

@@ -161,7 +161,7 @@ def test_the_decode_loop_has_no_chain_or_tree_branch():
     """A chain is a tree with one child per node: the loop drafts, verifies and commits one shape."""
     tree = ast.parse((PACKAGE / "core" / "engine.py").read_text())
     decode = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "decode")
-    assert [c for c in branches(decode) if any(w in c for w in ("tree", "chain", "parents", "CHAIN"))] == []
+    assert [c for c in branches(decode) if any(w in c for w in ("tree", "chain", "parents", "SINGLE_PATH"))] == []
     calls = [ast.unparse(n.func) for n in ast.walk(decode) if isinstance(n, ast.Call)]
     assert calls.count("target.commit") == 1 and "target.rollback" not in calls and calls.count("rule.verify") == 1
 

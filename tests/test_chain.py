@@ -6,7 +6,7 @@ import torch
 from specviz.analysis.theory import run_theory
 from specviz.core.drafters import ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.chain import StagedDrafter, build_chain
 from specviz.methods.policies import make_policy
@@ -38,7 +38,7 @@ def run_chain(target, drafter, prompt, n, policy, sampler=None):
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_chain_matches_generate(tiny_target, tiny_draft, tiny_middle, kind, mu, prompt):
     drafter = chain_of(kind, tiny_target, tiny_draft, tiny_middle, level_gamma=2)
-    out, events = run_chain(tiny_target, drafter, prompt, 40, LengthPolicy(mu))
+    out, events = run_chain(tiny_target, drafter, prompt, 40, FixedPolicy(mu))
     assert out == reference(tiny_target, prompt, 40)
     assert all(len(e.draft_ids) <= e.gamma for e in events)
 
@@ -54,14 +54,14 @@ def test_chain_with_every_length_policy_is_lossless(tiny_target, tiny_draft, tin
 def test_chain_of_target_copies_accepts_whole_blocks(tiny_target, tiny_draft):
     """A verifier identical to the target: the target accepts every block the verifier hands up."""
     out, events = run_chain(tiny_target, chain_of("draft→target-copy", tiny_target, tiny_draft, None, 2), PROMPTS[0], 30,
-                            LengthPolicy(5))
+                            FixedPolicy(5))
     assert out == reference(tiny_target, PROMPTS[0], 30)
     assert all(e.accepted == len(e.draft_ids) for e in events)
 
 
 def test_levels_report_the_work_of_each_model(tiny_target, tiny_draft, tiny_middle):
     drafter = chain_of("ngram→draft→middle", tiny_target, tiny_draft, tiny_middle, 2)
-    _, events = run_chain(tiny_target, drafter, PROMPTS[1], 40, LengthPolicy(6))
+    _, events = run_chain(tiny_target, drafter, PROMPTS[1], 40, FixedPolicy(6))
     events = [e for e in events if e.draft_ids]  # the last step may be too short to draft
     names = [[rec.name for rec in e.levels] for e in events]
     assert all(n == [tiny_middle.name, tiny_draft.name, "ngram"] for n in names)
@@ -93,7 +93,7 @@ def test_chain_sampling_matches_target_distribution(small_vocab_pair):
     counts = torch.zeros_like(joint)
     for seed in range(n):
         chain = build_chain(ModelDrafter(cached_model(bottom)), [cached_model(draft)], level_gamma=2)
-        out, _ = run_chain(target, chain, prompt, 2, LengthPolicy(3), Sampler(1.0, 1.0, seed))
+        out, _ = run_chain(target, chain, prompt, 2, FixedPolicy(3), Sampler(1.0, 1.0, seed))
         counts[out[0] * target.vocab_size + out[1]] += 1
     keep = joint * n >= 5
     observed = torch.cat([counts[keep], counts[~keep].sum(0, keepdim=True)])

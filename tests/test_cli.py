@@ -104,9 +104,10 @@ def test_json_contract():
     assert set(m) >= {"new_tokens", "wall_s", "tokens_per_s", "target_forwards", "mean_accept_len", "accept_rate"}
     assert m["new_tokens"] == len(out["token_ids"]) <= 12
     assert m["mean_accept_len"] == pytest.approx(m["new_tokens"] / m["target_forwards"])
-    step_keys = {"step", "drafter", "gamma", "draft_ids", "accepted", "emitted_ids", "accept_reasons", "judge_scores",
-                 "draft_ms", "verify_ms", "total_ms"}
+    step_keys = {"step", "drafter", "gamma", "drafted", "draft_ids", "accepted", "emitted_ids", "accept_reasons", "judge_scores",
+                 "spans", "total_ms", "why"}
     assert all(set(s) >= step_keys for s in out["steps"])
+    assert all(sum(s["spans"].values()) == pytest.approx(s["total_ms"], rel=0.02) for s in out["steps"])
     assert [t for s in out["steps"] for t in s["emitted_ids"]] == out["token_ids"]
     assert out["config"]["dtype"] == "auto"
 

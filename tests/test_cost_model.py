@@ -17,12 +17,13 @@ from specviz.core.formulas import best_gamma, expected_tokens, speedup
 
 
 def chain_step(drafted: int, accepted: int, draft_ms: float = 2.0, verify_ms: float = 10.0) -> dict:
-    return {"draft_ids": [1] * drafted, "accepted": accepted, "tree": None, "draft_ms": draft_ms, "verify_ms": verify_ms}
+    return {"draft_ids": [1] * drafted, "accepted": accepted, "tree": None, "spans": {"drafting": draft_ms, "verifying": verify_ms}}
 
 
 def tree_step(depths: list[int], accepted: int, draft_ms: float = 4.0, verify_ms: float = 20.0) -> dict:
     nodes = [{"depth": d} for d in depths]
-    return {"draft_ids": [1] * len(depths), "accepted": accepted, "tree": {"nodes": nodes}, "draft_ms": draft_ms, "verify_ms": verify_ms}
+    return {"draft_ids": [1] * len(depths), "accepted": accepted, "tree": {"nodes": nodes},
+            "spans": {"drafting": draft_ms, "verifying": verify_ms}}
 
 
 def test_verify_cost_interpolates_between_measured_row_counts_and_extends_the_last_segment():

@@ -295,47 +295,20 @@ def test_a_script_refuses_to_overwrite_a_committed_result_made_with_other_settin
     bench_steps.refuse_other_settings("results/not_committed.txt", "anything")  # a new file: nothing to protect
 
 
-FIGURES_TO_SOURCE = {
-    # (page, figure) pairs not yet tied to a committed file: counts of the data shards (assets/distill/data), which no
-    # results file holds, and figures of docs/performance.md and docs/spaces.md, edited elsewhere. Each stays guarded:
-    # a figure edited by hand is no longer in this set and fails.
-    ("docs/drafts.md", "9,728"),
-    ("docs/drafts.md", "1,027,947"),
-    ("docs/drafts.md", "43,606"),
-    ("docs/drafts.md", "133,008"),
-    ("docs/drafts.md", "131,881"),
-    ("docs/drafts.md", "526,633"),
-    ("docs/drafts.md", "192,819"),
-    ("docs/performance.md", "1.16×"),
-    ("docs/performance.md", "1.46×"),
-    ("docs/performance.md", "0.73"),
-    ("docs/performance.md", "1.00 ms"),
-    ("docs/performance.md", "16,384"),
-    ("docs/performance.md", "0.77"),
-    ("docs/performance.md", "1.08 ms"),
-    ("docs/performance.md", "1.008×"),
-    ("docs/performance.md", "0.991×"),
-    ("docs/performance.md", "0.981×"),
-    ("docs/spaces.md", "1×"),
-}
-
-
-def figure_of(problem: str) -> tuple[str, str]:
-    page, _, rest = problem.partition(":")
-    return page, rest.split("'")[1] if "'" in rest else rest
+@pytest.mark.parametrize("script, committed_file", [("measure_ui", "results/ui_measure.txt"), ("measure_load", "results/load_test.txt")])
+def test_the_ui_and_load_measurements_refuse_their_committed_results_made_otherwise(script, committed_file):
+    """Both files were written by a shell redirect (no header naming the command and settings); the scripts that make
+    them now take ``--out`` and refuse, before measuring anything, to replace them."""
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit, match=f"refusing to overwrite {committed_file}: .*other settings"):
+        module.main(4, committed_file) if script == "measure_ui" else module.main(committed_file)
 
 
 @pytest.mark.parametrize("page", doc_figures.PAGES, ids=lambda p: p.name)
 def test_every_figure_is_held_by_its_source_or_the_code(page):
     """Numbers in prose and hand-made tables are found in a results or assets file their section cites; restated
     constants equal the code's (``scripts/doc_figures.py``)."""
-    assert [p for p in doc_figures.problems(page) if figure_of(p) not in FIGURES_TO_SOURCE] == []
-
-
-def test_the_figures_to_source_still_lack_one():
-    """An entry whose figure is now held by its source (or gone) leaves the list."""
-    found = {figure_of(p) for page in doc_figures.PAGES for p in doc_figures.problems(page)}
-    assert sorted(FIGURES_TO_SOURCE - found) == []
+    assert doc_figures.problems(page) == []
 
 
 def test_a_figure_edited_by_hand_fails_and_names_its_line(tmp_path):
@@ -357,6 +330,28 @@ def test_a_figure_edited_by_hand_fails_and_names_its_line(tmp_path):
     bare = docs / "bare.md"
     bare.write_text("# A page\n\nThe head runs at 1.23× AR.\n")
     assert doc_figures.problems(bare) == ["docs/bare.md:3: '1.23×' names no source (cite the results file it comes from in its section)"]
+
+
+def test_a_figure_computed_from_committed_files_or_held_by_a_linked_table_fails_when_edited(tmp_path):
+    """drafts.md's shard counts are computed from the committed shards; performance.md's figures from a table it links
+    (``[the table above](#...)``, ``table in [page](page.md#...)``) are looked up in that table."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, old, new in [("drafts.md", "| 133,008 |", "| 133,009 |"), ("drafts.md", "9,728 answers", "9,792 answers"),
+                           ("drafts.md", "| 24–41 | 64 |", "| 24–40 | 64 |"),
+                           ("performance.md", "0.77 and 1.08 ms", "0.77 and 1.18 ms"),
+                           ("performance.md", "with 16,384 rows", "with 16,385 rows")]:
+        text = (ROOT / "docs" / name).read_text()
+        assert old in text
+        (docs / name).write_text(text.replace(old, new))
+        line = text[:text.index(old)].count("\n") + 1
+        found = set(doc_figures.problems(docs / name)) - set(doc_figures.problems(ROOT / "docs" / name))
+        assert len(found) == 1 and found.pop().startswith(f"docs/{name}:{line}: "), found
+    page = docs / "linked.md"
+    table = "<!-- table:x -->\n| config | speedup |\n|---|---|\n| head | 1.23× |\n<!-- /table:x -->"
+    page.write_text(f"# A page\n\n## Speed\n\n{table}\n\n## Elsewhere\n\nIn [the table above](#speed), 1.23× AR.\n\n"
+                    "In [the section above](#speed), 1.23× AR.\n")
+    assert doc_figures.problems(page) == ["docs/linked.md:15: '1.23×' names no source (cite the results file it comes from in its section)"]
 
 
 class _Parsed(Exception):

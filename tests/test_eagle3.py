@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specviz.core.drafters import CHAIN
+from specviz.core.drafters import SINGLE_PATH
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TreeShape
 from specviz.methods.eagle3 import Eagle3Drafter, load_eagle3
@@ -72,7 +72,7 @@ def drafter_for(lm, head_path):
 
 
 def run(lm, drafter, prompt, n, gamma, sampler=None):
-    events = list(decode(drafter.target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), sampler=sampler or Sampler(),
+    events = list(decode(drafter.target, prompt, drafters=[drafter], policy=FixedPolicy(gamma), sampler=sampler or Sampler(),
                          max_new_tokens=n))
     return [t for e in events for t in e.emitted_ids], events
 
@@ -102,7 +102,7 @@ def test_greedy_decoding_with_a_published_head_matches_generate(target_models, h
         assert all(len(e.draft_ids) <= gamma for e in events)
 
 
-@pytest.mark.parametrize("tree", [CHAIN, TreeShape(2, "dynamic")])
+@pytest.mark.parametrize("tree", [SINGLE_PATH, TreeShape(2, "dynamic")])
 def test_a_fixed_capacity_head_recorded_per_fed_size_drafts_as_the_growing_one(target_models, heads, tree):
     """The head's cache with static shapes, recorded as graphs (the eager stand-in on a CPU: same buffers, same replays),
     drafts the very tokens of the growing cache, chains and token trees alike, and each fed size is recorded once."""
@@ -111,10 +111,10 @@ def test_a_fixed_capacity_head_recorded_per_fed_size_drafts_as_the_growing_one(t
     for prompt in PROMPTS:
         capacity = len(prompt) + 32 + 1 + MAX_TREE_NODES
         plain = cached_model(lm, taps=head.taps)
-        grown = list(decode(plain, prompt, drafters=[Eagle3Drafter(head, plain)], policy=LengthPolicy(4), max_new_tokens=32, tree=tree))
+        grown = list(decode(plain, prompt, drafters=[Eagle3Drafter(head, plain)], policy=FixedPolicy(4), max_new_tokens=32, tree=tree))
         target = static_storage(lm, capacity, graphs=True, taps=head.taps)
         static = Eagle3Drafter(head, target, capacity=capacity, capture=eager_capture)
-        events = list(decode(target, prompt, drafters=[static], policy=LengthPolicy(4), max_new_tokens=32, tree=tree))
+        events = list(decode(target, prompt, drafters=[static], policy=FixedPolicy(4), max_new_tokens=32, tree=tree))
         assert [(e.draft_ids, e.emitted_ids) for e in events] == [(e.draft_ids, e.emitted_ids) for e in grown]
         assert [t for e in events for t in e.emitted_ids] == reference(lm, prompt, 32)
         assert static.graphs.recorded and all(isinstance(t, int) and t >= 1 for t in static.graphs.recorded)

@@ -1,5 +1,7 @@
 """Greedy exactness of every drafter against transformers' own generate, on tiny random models."""
 
+import time
+
 import pytest
 import torch
 
@@ -8,7 +10,8 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import ModelDrafter, NGramDrafter, lookup_continuation
 from specviz.core.engine import decode
 from specviz.core.metrics import summarize
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import Choice, FixedPolicy, LengthPolicy
+from specviz.core.record import SPANS
 from specviz.core.sampling import Sampler
 from specviz.models.backends import cached_model
 
@@ -21,7 +24,7 @@ def reference(lm, prompt, n):
 
 
 def run(lm, prompt, n, drafters=(), gamma=0, stop_ids=()):
-    events = list(decode(cached_model(lm), prompt, drafters=list(drafters), rule=ExactRule(), policy=LengthPolicy(gamma),
+    events = list(decode(cached_model(lm), prompt, drafters=list(drafters), rule=ExactRule(), policy=FixedPolicy(gamma),
                          sampler=Sampler(), max_new_tokens=n, stop_ids=stop_ids))
     return [t for e in events for t in e.emitted_ids], events
 
@@ -47,7 +50,7 @@ def test_sd_matches_generate(tiny_target, tiny_draft, which, gamma, prompt):
     assert out == reference(tiny_target, prompt, 40)
     assert len(out) == 40
     if which == "self":  # a draft identical to the target is always accepted: γ + 1 tokens per step
-        assert all(e.accepted == e.gamma for e in events)
+        assert all(e.accepted == e.drafted for e in events) and all(e.gamma == gamma for e in events)
         assert summarize(events)["mean_accept_len"] > gamma
 
 
@@ -92,7 +95,7 @@ def test_a_stop_token_among_accepted_drafts_ends_the_steps_record(tiny_target, t
 
     def steps(stop_ids=()):  # the target drafting for itself: its drafts are accepted
         return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
-                           policy=LengthPolicy(4), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids))
+                           policy=FixedPolicy(4), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids))
 
     full = steps()
     stop, at = a_stop_among_accepted_drafts(full)
@@ -119,7 +122,7 @@ def test_a_stop_token_among_accepted_drafts_ends_the_steps_record(tiny_target, t
 def test_caches_roll_back_to_committed_prefix(tiny_target, tiny_draft):
     target, draft = CachedModel(tiny_target), CachedModel(tiny_draft)
     tokens = list(PROMPTS[0])
-    for event in decode(target, tokens, drafters=[ModelDrafter(draft)], policy=LengthPolicy(5), max_new_tokens=30):
+    for event in decode(target, tokens, drafters=[ModelDrafter(draft)], policy=FixedPolicy(5), max_new_tokens=30):
         tokens += event.emitted_ids
         # the target holds every committed token but the last; neither model keeps rejected drafts
         assert target.ids[: len(tokens) - 1] == tokens[:-1]
@@ -129,13 +132,69 @@ def test_caches_roll_back_to_committed_prefix(tiny_target, tiny_draft):
     assert target.ids == tokens and target.storage.cache.get_seq_length() == len(tokens)
 
 
-def test_events_account_for_time(tiny_target, tiny_draft):
-    _, events = run(tiny_target, PROMPTS[3], 20, [ModelDrafter(cached_model(tiny_draft))], 3)
-    for e in events:
-        assert e.total_ms >= e.draft_ms + e.verify_ms - 1e-6
+def test_a_steps_spans_add_up_to_its_time_and_the_policy_learns_the_drafting_span_alone(tiny_target, tiny_draft):
+    seen = []
+
+    class Watching(LengthPolicy):
+        def observe(self, outcome):
+            seen.append(outcome)
+
+    events = []
+    for e in decode(cached_model(tiny_target), PROMPTS[3], drafters=[ModelDrafter(cached_model(tiny_draft))], policy=Watching(3),
+                    max_new_tokens=20):
+        events.append(e)
+        time.sleep(0.05)  # the caller's time between steps: no span's, and not the prefill's
+    for e, outcome in zip(events, seen, strict=True):
+        assert list(e.spans) == list(SPANS) and min(e.spans.values()) >= 0
+        assert sum(e.spans.values()) == pytest.approx(e.total_ms, rel=0.02)
+        assert (outcome.draft_ms, outcome.verify_ms) == (e.spans["drafting"], e.spans["verifying"])
         assert 0 < e.forward_ms <= e.total_ms
-        assert len(e.accept_reasons) == len(e.draft_ids) and len(e.emitted_p) == len(e.emitted_ids)
+        assert len(e.accept_reasons) == len(e.draft_ids) == e.drafted and len(e.emitted_p) == len(e.emitted_ids)
     assert [e.elapsed_ms for e in events] == sorted(e.elapsed_ms for e in events)
+    m = summarize(events)
+    assert m["prefill_ms"] == pytest.approx(events[0].elapsed_ms - events[0].total_ms)
+    assert m["outside_ms"] >= 50 * (len(events) - 1) > m["prefill_ms"]
+    assert 1e3 * m["wall_s"] == pytest.approx(m["prefill_ms"] + sum(e.total_ms for e in events) + m["outside_ms"])
+    assert m["spans_ms"] == pytest.approx({k: sum(e.spans[k] for e in events) for k in SPANS})
+
+
+def test_a_step_names_the_policys_budget_and_what_was_drafted_apart(tiny_target):
+    events = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
+                         policy=FixedPolicy(5), max_new_tokens=8))  # the target drafting for itself: 6 tokens, then 2 left
+    assert [(e.gamma, e.drafted) for e in events] == [(5, 5), (5, 1)]
+    assert events[-1].why["policy"] == {"policy": "fixed", "gamma": 5}
+
+
+def test_reasons_are_built_only_for_a_step_that_records(tiny_target, tiny_draft):
+    built = []
+
+    class Counting(LengthPolicy):
+        def choose(self, drafter, tokens):
+            return Choice(self.gamma, lambda: built.append(1) or {"policy": "counting"})
+
+    def steps(record):
+        return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_draft))],
+                           policy=Counting(2), max_new_tokens=10, record=record))
+
+    assert all(e.why is None for e in steps(False)) and built == []
+    events = steps(True)
+    assert len(built) == len(events) and all(e.why == {"policy": {"policy": "counting"}, "selector": None} for e in events)
+
+
+def test_with_draft_selection_the_policys_and_the_selectors_reasons_stay_apart(tiny_target, tiny_draft):
+    from specviz.methods.policies import OnlinePolicy
+    from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
+
+    events = list(decode(cached_model(tiny_target), PROMPTS[1], drafters=[ModelDrafter(cached_model(tiny_draft)), NGramDrafter()],
+                         policy=PerDrafterPolicy(OnlinePolicy), selector=OnlineSelector(), max_new_tokens=40))
+    policy_reasons = {"no history yet: initial γ", "argmax of predicted tokens/s", "timing a plain step: γ = 0 not measured yet",
+                      "probe: γ* = 0 for a while"}
+    for e in events:
+        policy, selector = e.why["policy"], e.why["selector"]
+        assert selector["selector"] == "online-select" and selector["drafter"] == (e.drafter if policy else None)
+        assert policy is None or (policy["policy"] == "online" and policy["reason"] in policy_reasons
+                                  and policy["gamma"] == e.gamma and not isinstance(policy.get("acc", 0.0), dict))
+    assert any(e.why["policy"] and "acc" in e.why["policy"] for e in events)
 
 
 @pytest.mark.parametrize("tokens, gamma, expected", [

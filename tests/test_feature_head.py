@@ -9,7 +9,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
 from specviz.core.hidden import capture_layers
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head, tap_states
 from specviz.models.backends import cached_model
@@ -51,11 +51,11 @@ def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, ca
     head, vocab = random_head(tiny_target, taps=taps), list(range(0, 96, 3))
     target = cached(tiny_target, taps=taps)
     drafter = FeatureDrafter(head, target, vocab)
-    events = list(decode(target, PROMPTS[3], drafters=[drafter], policy=LengthPolicy(4), max_new_tokens=30))
-    assert any(e.accepted < e.gamma for e in events)  # some drafts were rejected and rolled back
+    events = list(decode(target, PROMPTS[3], drafters=[drafter], policy=FixedPolicy(4), max_new_tokens=30))
+    assert any(e.accepted < e.drafted for e in events)  # some drafts were rejected and rolled back
     tokens = PROMPTS[3] + [t for e in events for t in e.emitted_ids]
     for e, before in zip(events, [PROMPTS[3] + [t for x in events[:i] for t in x.emitted_ids] for i in range(len(events))]):
-        assert e.draft_ids == expected_drafts(tiny_target, head, before, e.gamma, vocab)
+        assert e.draft_ids == expected_drafts(tiny_target, head, before, e.drafted, vocab)
     assert drafter.propose(tokens, 3, Sampler()).ids == expected_drafts(tiny_target, head, tokens, 3, vocab)
 
 
@@ -66,7 +66,7 @@ def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, ca
 def test_decoding_with_a_feature_head_matches_generate(tiny_target, gamma, prompt, dtype, taps):
     target = cached_model(tiny_target, taps=taps)
     drafter = FeatureDrafter(random_head(tiny_target, gamma, taps).to(dtype), target, None)
-    events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(gamma), max_new_tokens=40))
+    events = list(decode(target, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=40))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 40)
     assert sum(len(e.draft_ids) for e in events) >= 10 * min(gamma, 3) or len(prompt) == 1
 
@@ -78,7 +78,7 @@ def test_with_static_shapes_and_graphs_the_head_still_matches_generate(tiny_targ
     target = CachedModel(tiny_target, storage=LeanStorage(tiny_target, tiny_target.vocab_size, capacity=len(prompt) + n + 1,
                                                           capture=eager_capture), taps=taps)
     drafter = FeatureDrafter(random_head(tiny_target, 3, taps), target, None, capacity=len(prompt) + n + 1, capture=eager_capture)
-    events = list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(3), max_new_tokens=n))
+    events = list(decode(target, prompt, drafters=[drafter], policy=FixedPolicy(3), max_new_tokens=n))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, n)
     assert drafter.stack.graphs.recorded and target.storage.stack.graphs.recorded
 
@@ -86,7 +86,7 @@ def test_with_static_shapes_and_graphs_the_head_still_matches_generate(tiny_targ
 def test_a_one_token_prompt_starts_drafting_after_the_first_step(tiny_target):
     target = cached_model(tiny_target, taps=(1,))
     drafter = FeatureDrafter(random_head(tiny_target), target, None)
-    events = list(decode(target, [42], drafters=[drafter], policy=LengthPolicy(3), max_new_tokens=10))
+    events = list(decode(target, [42], drafters=[drafter], policy=FixedPolicy(3), max_new_tokens=10))
     assert events[0].draft_ids == [] and all(len(e.draft_ids) > 0 for e in events[1:-1])
 
 

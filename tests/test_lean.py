@@ -7,7 +7,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.models.backends import cached_model, supports_lean
 from specviz.models.backends.cpu import int8_kernels, int8_linear, pack_linears, quantize_rows
@@ -113,12 +113,12 @@ def test_the_cache_grows_past_its_first_reservation(tiny_draft):
 
 def test_lean_drafts_equal_transformers_drafts_and_stay_lossless(tiny_target, tiny_draft):
     prompt = [5, 17, 33, 2, 60, 41]
-    runs = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=LengthPolicy(4),
+    runs = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=FixedPolicy(4),
                         max_new_tokens=24))
             for make in (CachedModel, cached_model)]
     assert [(e.draft_ids, e.emitted_ids) for e in runs[0]] == [(e.draft_ids, e.emitted_ids) for e in runs[1]]
     assert sum(len(e.draft_ids) for e in runs[0]) >= 20
-    sampled = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=LengthPolicy(4),
+    sampled = [list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(make(tiny_draft))], policy=FixedPolicy(4),
                            sampler=Sampler(1.0, 1.0, seed=3), max_new_tokens=24)) for make in (CachedModel, cached_model)]
     assert [e.emitted_ids for e in sampled[0]] == [e.emitted_ids for e in sampled[1]]
 
@@ -152,7 +152,7 @@ def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_los
     ids = list(range(0, 96, 2))
     prompt = [5, 17, 33, 2, 60, 41]
     drafter = ModelDrafter(cached_model(with_draft_vocab(tiny_target, ids), full_vocab=False))
-    events = list(decode(CachedModel(tiny_target), prompt, drafters=[drafter], policy=LengthPolicy(4),
+    events = list(decode(CachedModel(tiny_target), prompt, drafters=[drafter], policy=FixedPolicy(4),
                        sampler=Sampler(temperature, 1.0, seed=4), max_new_tokens=40))
     assert all(t in ids for e in events for t in e.draft_ids) and sum(e.accepted for e in events) >= 10
     emitted = [t for e in events for t in e.emitted_ids]
@@ -196,7 +196,7 @@ def test_an_int8_bf16_draft_stays_close_to_its_weights_and_lossless(tiny_target)
     torch.testing.assert_close(quantized.forward(tokens, 4).logits.float(), dense.forward(tokens, 4).logits.float(), atol=0.1, rtol=0.05)
     prompt = [5, 17, 33, 2, 60, 41]
     events = list(decode(CachedModel(tiny_target), prompt, drafters=[ModelDrafter(cached_model(lm, int8=True))],
-                         policy=LengthPolicy(4), max_new_tokens=24))
+                         policy=FixedPolicy(4), max_new_tokens=24))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)
 
 
@@ -242,7 +242,7 @@ def test_a_refused_recording_falls_back_to_eager_forwards_with_the_same_tokens(t
     capacity = len(prompt) + 24 + 1
     target = CachedModel(tiny_target, storage=LeanStorage(tiny_target, tiny_target.vocab_size, capacity=capacity, capture=refused_capture))
     draft = ModelDrafter(static_storage(tiny_draft, capacity, graphs=True))
-    events = list(decode(target, prompt, drafters=[draft], policy=LengthPolicy(4), max_new_tokens=24))
+    events = list(decode(target, prompt, drafters=[draft], policy=FixedPolicy(4), max_new_tokens=24))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)
     graphs = target.storage.stack.graphs
     assert graphs.failure == "RuntimeError: operation not permitted when stream is capturing" and not graphs.recorded
@@ -253,7 +253,7 @@ def test_static_decoding_equals_generate(tiny_target, tiny_draft):
     prompt = [5, 17, 2, 9, 33]
     target = static_storage(tiny_target, len(prompt) + 24 + 1, graphs=True)
     draft = ModelDrafter(static_storage(tiny_draft, len(prompt) + 24 + 1, graphs=True))
-    events = list(decode(target, prompt, drafters=[draft], policy=LengthPolicy(4), max_new_tokens=24))
+    events = list(decode(target, prompt, drafters=[draft], policy=FixedPolicy(4), max_new_tokens=24))
     assert [t for e in events for t in e.emitted_ids] == reference(tiny_target, prompt, 24)
 
 

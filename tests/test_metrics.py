@@ -7,9 +7,11 @@ from specviz.core.record import StepEvent
 
 
 def event(draft_ids, accepted, emitted, elapsed_ms, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0, forward_ms=0.0):
-    return StepEvent(step=0, drafter="d", gamma=len(draft_ids), draft_ids=draft_ids, draft_q=[1.0] * len(draft_ids),
-                     draft_p=[1.0] * len(draft_ids), accepted=accepted, emitted_ids=emitted, emitted_p=[1.0] * len(emitted),
-                     accept_reasons=[], judge_scores=None, draft_ms=draft_ms, verify_ms=verify_ms, overhead_ms=overhead_ms,
+    spans = {"deciding": overhead_ms / 2, "drafting": draft_ms, "verifying": verify_ms, "committing": overhead_ms / 4,
+             "recording": overhead_ms / 4}
+    return StepEvent(step=0, drafter="d", gamma=len(draft_ids), drafted=len(draft_ids), draft_ids=draft_ids,
+                     draft_q=[1.0] * len(draft_ids), draft_p=[1.0] * len(draft_ids), accepted=accepted, emitted_ids=emitted,
+                     emitted_p=[1.0] * len(emitted), accept_reasons=[], judge_scores=None, spans=spans,
                      total_ms=draft_ms + verify_ms + overhead_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms)
 
 
@@ -37,7 +39,9 @@ def test_summarize_by_hand():
     assert s["per_position_accept"] == pytest.approx([2 / 3, 1 / 3, 1 / 2, 1 / 2])
     assert (s["draft_ms"], s["verify_ms"], s["overhead_ms"]) == pytest.approx((27, 113, 14))
     step_ms = 27 + 113 + 14
-    assert s["prefill_ms"] == pytest.approx(270 - step_ms)  # what the steps do not account for happened before the first
+    assert s["spans_ms"] == pytest.approx({"deciding": 7, "drafting": 27, "verifying": 113, "committing": 3.5, "recording": 3.5})
+    assert s["prefill_ms"] == pytest.approx(150 - 42)  # before the first step ended, what that step does not account for
+    assert s["outside_ms"] == pytest.approx(270 - 108 - step_ms)  # the time between steps
     assert s["engine_overhead_frac"] == pytest.approx((step_ms - (36 + 38 + 34 + 25)) / step_ms)
 
 
@@ -45,7 +49,8 @@ def test_summarize_of_autoregressive_steps():
     s = summarize([event([], 0, [t], 20.0 * (t + 1), verify_ms=15, forward_ms=15) for t in range(5)])
     assert s["mean_accept_len"] == 1.0 and s["accept_rate"] == 0.0 and s["drafted"] == 0
     assert s["per_position_accept"] == [] and s["engine_overhead_frac"] == 0.0
-    assert s["tokens_per_s"] == pytest.approx(5 / 0.1) and s["prefill_ms"] == pytest.approx(100 - 75)
+    assert s["tokens_per_s"] == pytest.approx(5 / 0.1) and s["prefill_ms"] == pytest.approx(20 - 15)
+    assert s["outside_ms"] == pytest.approx(100 - 5 - 75)
 
 
 def test_summarize_of_nothing_is_zeros():

@@ -7,7 +7,7 @@ import pytest
 from specviz.core.drafters import ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.models.backends import cached_model, place
 from specviz.models.backends.cpu import (
     ROW_BUCKETS,
@@ -105,7 +105,7 @@ def test_vocab_mismatch_is_sliced_like_qwen():
     vocab = shared_vocab_size(target, draft)
     assert vocab == 96
     events = list(decode(cached_model(target, vocab), [1, 2, 3], drafters=[ModelDrafter(cached_model(draft, vocab))],
-                         policy=LengthPolicy(3), max_new_tokens=30))
+                         policy=FixedPolicy(3), max_new_tokens=30))
     assert all(t < 96 for e in events for t in e.emitted_ids + e.draft_ids)
 
 

@@ -130,21 +130,21 @@ def test_online_policy_picks_zero_then_probes():
         choices.append(policy.choose(DRAFTER, []).gamma)
         policy.observe(event(choices[-1], 0, draft_ms=30.0) if choices[-1] else event(0, 0))
     assert choices.count(0) >= 4 and 1 in choices
-    assert "pred_tok_s" in policy.choose(DRAFTER, []).why
+    assert "pred_tok_s" in policy.choose(DRAFTER, []).why()
 
 
 def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is_high():
     policy = OnlinePolicy(gamma=2)
     choice = policy.choose(DRAFTER, [])
-    assert choice.gamma == 2 and "initial" in choice.why["reason"]
+    assert choice.gamma == 2 and "initial" in choice.why()["reason"]
     for _ in range(10):
         policy.observe(event(2, 2, draft_ms=1.0))
     choice = policy.choose(DRAFTER, [])
-    assert choice.gamma == 0 and choice.why["reason"].startswith("timing")
+    assert choice.gamma == 0 and choice.why()["reason"].startswith("timing")
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))  # a plain step, whoever would have drafted
     choice = policy.choose(DRAFTER, [])
     assert choice.gamma >= 6
-    b_p = choice.why["b_p_ms"]
+    b_p = choice.why()["b_p_ms"]
     assert b_p["0"] == b_p["1"] == 39.0 and b_p["2"] == b_p["10"] == 40.0  # γ = 1 at the plain step's cost until tried
 
 
@@ -158,7 +158,7 @@ def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_th
     # one pseudo-observation at 0.5: acc = 0.5 / 2 = 0.25; γ = 2 → 1.31 / 60 ms = 21.9 tok/s > plain 1 / 49 ms = 20.4
     policy = after_one_rejection()
     choice = policy.choose(DRAFTER, [])
-    assert choice.gamma == 2 and choice.why["acc"] == pytest.approx(0.25) and choice.why["acc_mle"] == 0
+    assert choice.gamma == 2 and choice.why()["acc"] == pytest.approx(0.25) and choice.why()["acc_mle"] == 0
     assert after_one_rejection(prior_weight=0).choose(DRAFTER, []).gamma == 0  # the paper's MLE: 0 after one observation
     for _ in range(2):
         policy.observe(event(1, 0, draft_ms=1.0, verify_ms=58.0))
@@ -216,7 +216,7 @@ def test_cache_fsm_jumps_on_a_repeated_suffix():
     p = make_policy("cache-fsm", 3)
     assert p.choose(DRAFTER, [1, 2, 3, 4, 5, 6]).gamma == 3
     choice = p.choose(DRAFTER, [1, 2, 3, 9, 1, 2, 3])
-    assert choice.gamma == p.long_gamma and choice.why["suffix_seen_before"]
+    assert choice.gamma == p.long_gamma and choice.why()["suffix_seen_before"]
 
 
 def named(name: str) -> Drafter:
@@ -258,7 +258,7 @@ def test_selector_explores_a_new_drafter_only_while_it_could_win(accepted, explo
     # after a full rejection: Acc = 1.2 / (1 + 2) = 0.4, at best 1.56 tokens per 50 ms = 31.2 tok/s (γ = 2)
     pick = sel.choose([a, b], [])
     assert pick.drafter.name == ("a" if explores_a else "b")
-    assert pick.why["reason"].startswith("exploring") == explores_a
+    assert pick.why()["reason"].startswith("exploring") == explores_a
 
 
 def test_selector_pools_the_verify_cost_over_drafters():
@@ -271,7 +271,7 @@ def test_selector_pools_the_verify_cost_over_drafters():
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     pick = sel.choose([a, b], [])
-    assert pick.drafter.name == "a" and pick.why["acc"] == {"a": 0.95, "b": 0.0}
+    assert pick.drafter.name == "a" and pick.why()["acc"] == {"a": 0.95, "b": 0.0}
 
 
 def test_selector_skips_an_ngram_drafter_without_a_match():
@@ -282,7 +282,7 @@ def test_selector_skips_an_ngram_drafter_without_a_match():
     sel.observe(event(2, 1, drafter="m"))
     assert sel.choose([ngram, model], [1, 2, 3, 1, 2]).drafter.name == "ngram"
     pick = sel.choose([ngram, model], [1, 2, 3, 4, 5])
-    assert pick.drafter.name == "m" and pick.why["idle"] == ["ngram"]  # ... but no earlier match: it would propose nothing
+    assert pick.drafter.name == "m" and pick.why()["idle"] == ["ngram"]  # ... but no earlier match: it would propose nothing
     assert sel.choose([ngram], [1, 2, 3, 4, 5]).drafter is None  # nobody can propose: a plain step
 
 
@@ -295,7 +295,7 @@ def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
     for _ in range(12):
         picks.append(sel.choose([a], []))
     assert [p.drafter is None for p in picks] == [True] * 3 + [False] + [True] * 7 + [False]  # the 4th probes, then the 8th after it
-    assert picks[3].why["reason"].startswith("probe") and picks[-1].why["pred_tok_s"]["plain"] == pytest.approx(25.0)
+    assert picks[3].why()["reason"].startswith("probe") and picks[-1].why()["pred_tok_s"]["plain"] == pytest.approx(25.0)
 
 
 @pytest.mark.parametrize("name", sorted(GAMMA_POLICIES))
@@ -321,7 +321,7 @@ def test_per_drafter_policy_learns_each_drafter_separately():
     assert policy.choose(a, []).gamma == 4 and policy.choose(b, []).gamma == 4
     policy.observe(event(4, 4, drafter="a"))
     assert policy.choose(a, []).gamma == 5 and policy.choose(b, []).gamma == 4  # b never saw a's step
-    assert policy.choose(a, []).why["policy"] == policy.name == "fsm"
+    assert policy.choose(a, []).why()["policy"] == policy.name == "fsm"
 
 
 def test_per_drafter_online_policies_share_the_targets_timing():
@@ -333,7 +333,7 @@ def test_per_drafter_online_policies_share_the_targets_timing():
         assert policy.choose(drafter, []).gamma == 3  # no history: the initial γ
         policy.observe(event(3, 2, drafter=drafter.name))
     choice = policy.choose(a, [])
-    assert choice.gamma == 0 and choice.why["reason"].startswith("timing a plain step")
+    assert choice.gamma == 0 and choice.why()["reason"].startswith("timing a plain step")
     policy.observe(event(0, 0, drafter="a"))
     assert policy.choose(b, []).gamma > 0  # b learnt the plain cost from a's plain step
     assert policy.choose(a, []).gamma > 0

@@ -17,7 +17,7 @@ class DoublingPolicy(LengthPolicy):
     name = "doubling-probe"
 
     def observe(self, outcome) -> None:
-        full = outcome.accepted == outcome.gamma
+        full = outcome.accepted == outcome.drafted
         self.gamma = min(10, self.gamma * 2) if full else max(1, self.gamma // 2)
 '''
 CHECK = '''

@@ -9,6 +9,7 @@ import pytest
 
 import specviz
 from specviz.api.trace import MAX_TRACE_BYTES, TRACE_VERSION, check_trace
+from specviz.core.record import upgraded
 from specviz.runtime.config import DecodeConfig
 from specviz.viz.export import step_views, trace_page
 
@@ -24,8 +25,17 @@ def test_the_committed_version_1_trace_loads_and_every_view_renders():
         added = set(run["config"]) - set(fixture["config"])
         assert all(run["config"].pop(name) == defaults[name] for name in added)
         assert run.pop("version") == TRACE_VERSION  # it is written back as the current version
-    for run in (fixture, fixture["baseline"]):
-        assert run.pop("version") == 1
+        assert run.pop("source") is None and run.pop("serving") is None  # version 4's keys: a local run, no export kept
+    for run, old in ((written, fixture), (written["baseline"], fixture["baseline"])):
+        assert old.pop("version") == 1
+        assert run["steps"] == [upgraded(step) for step in old["steps"]]  # converted to this version's keys
+        for new, step in zip(run["steps"], old["steps"]):
+            assert new["spans"] == {"deciding": 0.0, "drafting": step["draft_ms"], "verifying": step["verify_ms"],
+                                    "committing": step["overhead_ms"], "recording": 0.0}
+            assert new["why"] == {"policy": step["policy"], "selector": None} and new["drafted"] == len(step["draft_ids"])
+        assert {**run["metrics"], **old["metrics"]} == run["metrics"]
+        assert set(run["metrics"]) - set(old["metrics"]) == {"spans_ms", "outside_ms"}
+        run["steps"], run["metrics"] = old["steps"], old["metrics"]
     assert written == fixture  # otherwise a lossless round trip
     views = step_views(data)
     assert len(views) == len(trace.steps) and all(narration and microscope for narration, microscope in views)
@@ -34,7 +44,7 @@ def test_the_committed_version_1_trace_loads_and_every_view_renders():
 
 
 def test_the_page_is_self_contained():
-    page = trace_page(json.loads(FIXTURE.read_text()))
+    page = trace_page(specviz.load_trace(FIXTURE).to_dict())
     assert "<script src" not in page and "<link" not in page and "Plotly.newPlot" in page
     assert page.count('<template id="n-') == len(json.loads(FIXTURE.read_text())["steps"])
 

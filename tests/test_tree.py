@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import CHAIN, ModelDrafter, NGramDrafter
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TokenTree, TreeShape, ancestry, depths, grow_tree, verify_tree
 from specviz.methods.feature_head import FeatureDrafter
@@ -30,7 +30,7 @@ REPEATS = [1, 2, 3, 1, 2, 4, 1, 2, 5, 7, 1, 2, 3, 9, 1, 2]  # the suffix [1, 2] 
 
 
 def run_tree(target, drafter, nodes, kind="dynamic", branch=2, prompt=PROMPTS[0], n=30, sampler=None):
-    return list(decode(target, prompt, drafters=[drafter], policy=LengthPolicy(nodes), sampler=sampler or Sampler(),
+    return list(decode(target, prompt, drafters=[drafter], policy=FixedPolicy(nodes), sampler=sampler or Sampler(),
                        max_new_tokens=n, tree=TreeShape(branch, kind)))
 
 
@@ -212,7 +212,7 @@ def test_tree_steps_round_trip_as_trace_steps(tiny_target, tiny_draft):
 
     events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 4, n=6)
     assert all(StepEvent.from_dict(e.to_dict()) == e for e in events)
-    chain = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[NGramDrafter()], policy=LengthPolicy(2), max_new_tokens=4))
+    chain = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[NGramDrafter()], policy=FixedPolicy(2), max_new_tokens=4))
     assert all("tree" not in e.to_dict() for e in chain)  # a chain's steps are written as before
 
 
@@ -373,7 +373,7 @@ def test_a_stop_token_on_the_accepted_path_ends_the_steps_tree(tiny_target, temp
 
     def steps(stop_ids=()):  # the target drafting for itself: its trees have long accepted paths
         return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_target))],
-                           policy=LengthPolicy(8), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids,
+                           policy=FixedPolicy(8), sampler=Sampler(temperature, seed=2), max_new_tokens=30, stop_ids=stop_ids,
                            tree=TreeShape(2, "dynamic")))
 
     full = steps()
@@ -416,15 +416,16 @@ def test_the_online_policy_chooses_each_steps_budget(tiny_target):
     assert len({e.gamma for e in events}) > 1  # each step's node budget is the policy's choice of that step
     for e in events:
         room = 40 - sum(len(x.emitted_ids) for x in events[: e.step - 1]) - 1
-        assert e.gamma == (min(e.policy["gamma"], MAX_TREE_NODES) if room > 0 else 0)
-    assert any(e.policy and "pred_tok_s" in e.policy for e in events)
+        assert e.gamma == e.why["policy"]["gamma"] and e.drafted == len(e.draft_ids)
+        assert e.drafted <= (min(e.gamma, MAX_TREE_NODES) if room > 0 else 0)
+    assert any("pred_tok_s" in e.why["policy"] for e in events)
 
 
-@pytest.mark.parametrize("tree", [CHAIN, TreeShape(2, "dynamic")])
+@pytest.mark.parametrize("tree", [SINGLE_PATH, TreeShape(2, "dynamic")])
 def test_without_records_a_run_emits_the_same_and_leaves_out_what_only_views_read(tiny_target, tiny_draft, tree):
     def steps(record):
         return list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[ModelDrafter(cached_model(tiny_draft))],
-                           policy=LengthPolicy(6), sampler=Sampler(0.9, seed=3), max_new_tokens=20, tree=tree, record=record))
+                           policy=FixedPolicy(6), sampler=Sampler(0.9, seed=3), max_new_tokens=20, tree=tree, record=record))
 
     full, lean = steps(True), steps(False)
     assert [e.emitted_ids for e in lean] == [e.emitted_ids for e in full]

@@ -8,7 +8,7 @@ import torch
 from specviz.core.acceptance import ExactRule, LenientRule, TopKRule
 from specviz.core.drafters import ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.record import TOP_K, VerifyRecord
 from specviz.core.sampling import Sampler
 from specviz.methods.chain import build_chain
@@ -28,7 +28,7 @@ RULES = {
 def run(target, draft, rule, sampler, chain=None, n=40, record=True):
     drafter = build_chain(ModelDrafter(cached_model(draft)), [cached_model(chain)], 2) if chain else ModelDrafter(cached_model(draft))
     return list(decode(cached_model(target, prenorm=rule.needs_states), PROMPT, drafters=[drafter], rule=rule,
-                       policy=LengthPolicy(4), sampler=sampler, max_new_tokens=n, record=record))
+                       policy=FixedPolicy(4), sampler=sampler, max_new_tokens=n, record=record))
 
 
 def f32(x: float) -> torch.Tensor:
@@ -89,7 +89,7 @@ def test_greedy_records_the_argmax_comparison(tiny_target, tiny_draft):
 
 
 def test_ngram_drafts_record_a_one_hot_q(tiny_target):
-    events = list(decode(cached_model(tiny_target), [1, 2, 3, 1, 2, 3, 1, 2], drafters=[NGramDrafter()], policy=LengthPolicy(3),
+    events = list(decode(cached_model(tiny_target), [1, 2, 3, 1, 2, 3, 1, 2], drafters=[NGramDrafter()], policy=FixedPolicy(3),
                          sampler=Sampler(0.8, 1.0, 0), max_new_tokens=20))
     records = [v for e in events for v in e.verify]
     assert records and all(v.q == 1.0 and v.q_top == [[v.token, 1.0]] for v in records)

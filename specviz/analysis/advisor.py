@@ -18,7 +18,7 @@ from specviz.analysis.suites import load_suite
 from specviz.analysis.theory import run_theory
 from specviz.core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import is_feature_head
 from specviz.models.backends import cached_model
@@ -60,7 +60,7 @@ def measure_pairs(preset: str, bank: ModelBank, prompts: list[str], gamma: int, 
         for run in runs.values():
             level = cached_model(models[verifier], vocab, int8=verifier != TARGET)  # a draft verifying, as in a chain
             events = list(decode(level, run.prompt_ids, drafters=[drafter(name)] if name else [],
-                                 policy=LengthPolicy(gamma), sampler=Sampler(), max_new_tokens=max_new_tokens,
+                                 policy=FixedPolicy(gamma), sampler=Sampler(), max_new_tokens=max_new_tokens,
                                  stop_ids=run.stop_ids))
             levels = run_theory(events)["levels"]
             verify.append(levels[0]["T_ms"])

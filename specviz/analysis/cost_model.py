@@ -73,7 +73,8 @@ class StepShape:
             depth = max((n["depth"] for n in tree["nodes"]), default=0)
         else:
             depth = max(depths(tree.parents), default=0)
-        return cls(drafted + 1, depth, get("accepted"), get("draft_ms"), get("verify_ms"))
+        spans = get("spans")
+        return cls(drafted + 1, depth, get("accepted"), spans["drafting"], spans["verifying"])
 
 
 def per_depth_acceptance(steps: Sequence[StepShape]) -> list[float]:

@@ -88,7 +88,7 @@ def levels_of(events: Sequence) -> list[Level] | None:
     """Target first, then each drafter level, summed over the run; None when drafters changed mid-run."""
     if len({e.drafter for e in events if e.draft_ids}) > 1:
         return None
-    target = Level("target", "verify", len(events), sum(e.verify_ms for e in events),
+    target = Level("target", "verify", len(events), sum(e.spans["verifying"] for e in events),
                    [[len(e.draft_ids), e.accepted + 1] for e in events])
     below: list[Level] = []
     for e in events:

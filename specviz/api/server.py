@@ -58,8 +58,6 @@ def server_trace(prompt: str, url: str, model: str | None = None, config: Decode
     trace = trace_of(prompt, plan, answer.steps, f"vLLM {version} at {client.url}")
     trace.text = answer.text
     trace.serving = None
-    if "time_to_first_token_ms" in answer.timing:
-        trace.metrics["prefill_ms"] = answer.timing["time_to_first_token_ms"]
     trace.source = {"url": client.url, "engine": "vllm", "version": version, "model": name,
                     "speculative_config": speculative_config or {"num_speculative_tokens": spec["num_spec_tokens"]},
                     "speculative_decoding": {k: v for k, v in spec.items() if not k.startswith("per_step")},

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from specviz.analysis.result import result_of
 from specviz.core.errors import ConfigError
-from specviz.core.record import StepEvent
+from specviz.core.metrics import summarize
+from specviz.core.record import StepEvent, upgraded
 from specviz.models.loading import describe_hardware
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import RunPlan
@@ -22,7 +23,8 @@ from specviz.viz.export import race_series, run_label, trace_headline, trace_pag
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
 from specviz.viz.trace import TraceBuilder
 
-TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 3  # 2: a step may hold a token tree ("tree"); 3: a run may come from a server ("source")
+TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 4  # 2: a step may hold a token tree ("tree"); 3: spans, why, drafted;
+# 4: a run may come from a server ("source"), and a local one carries its export ("serving")
 MAX_TRACE_BYTES = 32 * 2**20
 
 
@@ -120,8 +122,9 @@ class Trace:
         config = data["config"]
         if config.get("tree_nodes"):  # a tree run reads no γ, so a trace may hold any value there; validation wants the default
             config = {**config, "gamma": DecodeConfig.gamma}
-        return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"],
-                   [StepEvent.from_dict(step) for step in data["steps"]], data["metrics"], data["theory"],
+        steps = [StepEvent.from_dict(step) for step in data["steps"]]
+        metrics = {**summarize(steps), **data["metrics"]}  # an older trace's metrics lack the keys of later versions
+        return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"], steps, metrics, data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
                    data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("source"),
                    data.get("serving"))
@@ -163,7 +166,7 @@ def check_trace(data: Any) -> dict:
             raise ConfigError(f"truncated or damaged trace: '{key}' is missing or not a {kind.__name__}")
     for i, step in enumerate(data["steps"]):
         required, allowed = StepEvent.json_keys()
-        if not isinstance(step, dict) or not required <= set(step) or set(step) - allowed:
+        if not isinstance(step, dict) or not required <= set(upgraded(step)) or set(upgraded(step)) - allowed:
             raise ConfigError(f"truncated or damaged trace: step {i + 1} does not have a step's fields")
     if not all(isinstance(s, list | tuple) and len(s) == len(fields(TokenSpan)) for s in data["spans"]):
         raise ConfigError("truncated or damaged trace: a token span is not a list of its fields")

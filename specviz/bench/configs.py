@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from specviz.core.policy import LengthPolicy
+from specviz.core.policy import FixedPolicy
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.models.presets import resolve_preset
 from specviz.runtime.config import DecodeConfig
@@ -29,7 +29,8 @@ class BenchConfig:
 
 
 def standard_configs(max_new_tokens: int, gamma: int = BENCH_GAMMA) -> list[BenchConfig]:
-    """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head),
+    """AR, SD with each drafter (the drafts over their draft vocabulary and over the full one, the feature head), a
+    first run's defaults (the preset's default draft and γ policy: against transformers' ``generate``, as AR is),
     transformers' ``generate`` and its assisted generation on the same models, and the same target in bfloat16 (faster where the
     CPU has native bf16 matmuls, but not token-exact: see ``target_dtype``)."""
     def sd(draft: str, dtype: str = "auto", full_draft_vocab: bool = False) -> DecodeConfig:
@@ -45,6 +46,7 @@ def standard_configs(max_new_tokens: int, gamma: int = BENCH_GAMMA) -> list[Benc
         BenchConfig(f"sd ngram γ={gamma}", sd("ngram")),
         BenchConfig(f"sd head γ={gamma}", sd("head")),
         BenchConfig("sd head γ=2", replace(sd("head"), gamma=2)),
+        BenchConfig("defaults", DecodeConfig(max_new_tokens=max_new_tokens), extra={"peer": "hf-generate"}),
         BenchConfig(f"sd draft-s γ={gamma}, full draft vocab", sd("draft-s", full_draft_vocab=True)),
         BenchConfig(f"sd draft-m γ={gamma}, full draft vocab", sd("draft-m", full_draft_vocab=True)),
         BenchConfig(f"hf-assisted draft-s γ={gamma}", sd("draft-s"), transformers=True),
@@ -65,7 +67,7 @@ def policy_configs(max_new_tokens: int, draft: str = "head") -> list[BenchConfig
         return DecodeConfig(method="sd", draft=draft, gamma=gamma, gamma_policy=policy, max_new_tokens=max_new_tokens)
 
     fixed = [BenchConfig(f"fixed γ={g}", sd("fixed", g)) for g in range(1, 9)]
-    adaptive = [BenchConfig(p, sd(p)) for p in GAMMA_POLICIES if p != LengthPolicy.name]  # every registered policy
+    adaptive = [BenchConfig(p, sd(p)) for p in GAMMA_POLICIES if p != FixedPolicy.name]  # every registered policy
     return [BenchConfig("ar", DecodeConfig(method="ar", max_new_tokens=max_new_tokens)), *fixed, *adaptive]
 
 

@@ -133,7 +133,7 @@ def peer_table(rows: list[dict], configs: list[BenchConfig]) -> list[dict]:
     def pair(c: BenchConfig) -> tuple:
         return c.decode.draft, c.decode.gamma, c.decode.gamma_policy, c.decode.dtype
 
-    pairs = [(cfg.label, peer.label) for peer in configs if peer.transformers
+    pairs = [(cfg.label, peer.label) for peer in configs if peer.transformers and peer.decode.method == "sd"
              for cfg in configs if not cfg.transformers and cfg.decode.method == "sd" and pair(cfg) == pair(peer)]
     pairs += [(cfg.label, cfg.extra["peer"]) for cfg in configs if "peer" in cfg.extra]
     tps = {(r["config"], r["prompt_id"]): r["tokens_per_s"] for r in rows}

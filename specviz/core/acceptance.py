@@ -7,7 +7,7 @@ top-k) keep a token when the exact rule accepts it **or** their own criterion do
 step exactly as the exact rule would — so with the criterion switched off they reproduce it token for
 token, random draws included.
 
-Every draft is a token tree (a chain is the tree with one child per node) and :meth:`ExactRule.verify` is the one
+Every draft is a token tree (a single path is the tree with one child per node) and :meth:`ExactRule.verify` is the one
 entry point: a single-path tree is tested in one batch as above, a branching one by recursive rejection
 (:func:`specviz.core.tree.verify_tree`), which the exact rule alone accepts.
 """
@@ -28,7 +28,7 @@ ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 
 @dataclass(frozen=True)
 class Verdict:
-    """The accepted drafts (node indices, root down: a chain's first ones), then ``next_token`` from the target; one
+    """The accepted drafts (node indices, root down: a single path's first ones), then ``next_token`` from the target; one
     reason per drafted node; what the decision read (``evidence``: none for an empty draft), for the recorder
     (:mod:`specviz.core.record`)."""
 
@@ -56,12 +56,13 @@ def one_hot_rows(ids: list[int], vocab: int, device: torch.device) -> torch.Tens
 
 @dataclass
 class Checked:
-    """What a rule sees for the γ drafted positions: ids, target logits and p, the draft's q and the
-    uniform draws of the exact test (both None when greedy), the target's pre-norm states (γ + 1 rows)."""
+    """What a rule sees for the γ drafted positions: ids, target logits and p (None when the greedy test does not read
+    it), the draft's q and the uniform draws of the exact test (both None when greedy), the target's pre-norm states
+    (γ + 1 rows)."""
 
     ids: torch.Tensor
     logits: torch.Tensor
-    p: torch.Tensor
+    p: torch.Tensor | None
     q: torch.Tensor | None
     u: torch.Tensor | None
     states: torch.Tensor | None
@@ -82,7 +83,7 @@ class Relaxed:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a chain's decision read: the checked positions, the exact test's outcome at each, the rule's own criterion
+    """What a single path's decision read: the checked positions, the exact test's outcome at each, the rule's own criterion
     (the judge's scores and δ), and the residual the correction was drawn from (sampling, after a rejection)."""
 
     checked: Checked
@@ -97,6 +98,7 @@ class ExactRule:
 
     name = "exact"
     needs_states = False
+    greedy_reads_p = False  # whether the greedy test reads the target's p, not only its logits
 
     @classmethod
     def from_settings(cls, settings, target) -> ExactRule:
@@ -104,41 +106,44 @@ class ExactRule:
         default the rule's registered settings, in order, are its constructor's arguments."""
         return cls(*(getattr(settings, name) for name in ACCEPT_RULES.entry(cls.name).params))
 
-    def verify(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
-               states: torch.Tensor | None = None) -> Verdict:
-        """The verdict on ``draft`` scored to ``logits`` and ``p`` (rows: the root, then each node); ``states``: the
-        target's pre-norm states of those rows, for rules that read them."""
+    def verify(self, draft: Draft, logits: torch.Tensor, sampler: Sampler, states: torch.Tensor | None = None) -> Verdict:
+        """The verdict on ``draft`` scored to ``logits`` (rows: the root, then each node); ``states``: the target's
+        pre-norm states of those rows, for rules that read them. The target's p (the sampling transform of the logits)
+        is computed only where the test reads it: a greedy exact test reads the logits alone."""
+        p = None if sampler.greedy and not self.greedy_reads_p else sampler.probs(logits)
         if not draft.ids:
-            return Verdict([], int(sampler.pick(logits[0], p[0])), [])
-        if not draft.tree.is_chain:
+            return Verdict([], int(sampler.pick(logits[0], None if p is None else p[0])), [])
+        if not draft.tree.is_single_path:
             if type(self) is not ExactRule:
                 raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
             path, nxt, evidence = verify_tree(draft.tree, draft.q, logits, p, sampler)
             reasons = [ACCEPTED if hit else UNCHECKED if hit is None else REJECTED for hit in evidence.accepted]
             return Verdict(path, nxt, reasons, evidence)
-        return self._verify_chain(draft, logits, p, sampler, states)
+        return self._verify_path(draft, logits, p, sampler, states)
 
-    def _verify_chain(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor, sampler: Sampler,
+    def _verify_path(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor | None, sampler: Sampler,
                       states: torch.Tensor | None) -> Verdict:
         gamma = len(draft.ids)
         ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)
         if sampler.greedy:
             best = logits.argmax(-1)
-            c = Checked(ids, logits[:gamma], p[:gamma], None, None, states)
+            c = Checked(ids, logits[:gamma], None if p is None else p[:gamma], None, None, states)
             exact = ids == best[:gamma]
-        else:
-            q = draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device)
-            c = Checked(ids, logits[:gamma], p[:gamma], q, sampler.uniform(gamma, p.device), states)
-            px, qx = c.px_qx()
-            exact = c.u * qx < px
+            relaxed = self.relaxed(c)
+            kept = (exact | relaxed.accepts).long().cumprod(0)
+            read = torch.cat([kept.sum()[None], exact.long(), best]).tolist()  # the step's one device read
+            n = read[0]
+            reasons = [ACCEPTED if hit else self.name for hit in read[1:1 + n]]
+            return Verdict(list(range(n)), read[1 + gamma + n], reasons_for(n, gamma, reasons), Evidence(c, exact, relaxed, None))
+        q = draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device)
+        c = Checked(ids, logits[:gamma], p[:gamma], q, sampler.uniform(gamma, p.device), states)
+        px, qx = c.px_qx()
+        exact = c.u * qx < px
         relaxed = self.relaxed(c)
         n = first_false(exact | relaxed.accepts)
-        kept = [ACCEPTED if hit else self.name for hit in exact[:n].tolist()]  # one host read, not one per token
-        corrected = None if sampler.greedy or n == gamma else residual(p[n], c.q[n])
-        if sampler.greedy:
-            nxt = int(best[n])
-        else:
-            nxt = int(sampler.draw(p[gamma] if corrected is None else corrected))
+        kept = [ACCEPTED if hit else self.name for hit in exact[:n].tolist()]
+        corrected = None if n == gamma else residual(p[n], c.q[n])
+        nxt = int(sampler.draw(p[gamma] if corrected is None else corrected))
         return Verdict(list(range(n)), nxt, reasons_for(n, gamma, kept), Evidence(c, exact, relaxed, corrected))
 
     def relaxed(self, c: Checked) -> Relaxed:
@@ -152,6 +157,7 @@ class LenientRule(ExactRule):
     test); greedy accepts a draft whose target probability is ≥ l × the top one. l = 1 is exact."""
 
     name = "lenient"
+    greedy_reads_p = True
 
     def __init__(self, lenience: float):
         self.lenience = lenience

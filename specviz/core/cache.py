@@ -157,7 +157,7 @@ class CachedModel(Timed):
     @torch.inference_mode()
     def rollback(self, length: int, moved: list[int] | tuple[int, ...] = ()) -> None:
         """Keep the first ``length`` slots, then the slots ``moved`` (the accepted path of a tree, root down) after them."""
-        if list(moved) == list(range(length, length + len(moved))):  # a chain's accepted drafts are where they stay
+        if list(moved) == list(range(length, length + len(moved))):  # a single path's accepted drafts are where they stay
             length, moved = length + len(moved), ()
         self.storage.truncate(length, moved)
         if moved:
@@ -168,10 +168,10 @@ class CachedModel(Timed):
 
     @torch.inference_mode()
     def verify(self, tokens: list[int], tree: TokenTree) -> Forward:
-        """The decoding loop's forward: the last committed token and the drafted ``tree`` below it, one row each (a chain
+        """The decoding loop's forward: the last committed token and the drafted ``tree`` below it, one row each (a single path
         is fed as a plain sequence). The cache must hold every committed token but the last."""
         assert self.ids == tokens[:-1], "verify expects the cache to hold every committed token but the last"
-        if tree.is_chain:
+        if tree.is_single_path:
             return self.forward(tokens + tree.ids, keep=len(tree.ids) + 1)
         return self.forward(tokens, keep=len(tree.ids) + 1, tree=tree)
 

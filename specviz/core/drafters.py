@@ -3,7 +3,7 @@
 The contract follows transformers' ``CandidateGenerator``: :meth:`Drafter.draft` gets the full committed sequence
 (drafters roll their own state back to it) and the step's size, and returns a :class:`Draft`, a token tree
 (:mod:`specviz.core.tree`). Under the run's :class:`~specviz.core.tree.TreeShape` it is grown from the distributions
-the drafter's ``expander`` gives after any node; under :data:`CHAIN` (a chain is the tree whose every node has one
+the drafter's ``expander`` gives after any node; under :data:`SINGLE_PATH` (a single path is the tree whose every node has one
 child) ``propose`` drafts it token by token.
 """
 
@@ -23,16 +23,16 @@ from specviz.core.tree import MAX_TREE_NODES, Expander, TokenTree, TreeShape, gr
 StopRule = Callable[[torch.Tensor], bool]
 """Called with the draft's distribution for the next token; True stops drafting before that token."""
 
-CHAIN = TreeShape(1, "chain")
-"""The shape of a chain: one child per node, as many nodes as levels."""
+SINGLE_PATH = TreeShape(1, "single-path")
+"""The shape of a single-path tree: one child per node, as deep as it has nodes."""
 
 
 def step_size(shape: TreeShape, size: int, room: int) -> tuple[int, int]:
     """A step's node count and depth for a policy's ``size`` with ``room`` tokens left before the token limit (the
-    target adds one more): a chain's length is its depth; a tree's budget is capped by what a cache keeps free for it."""
+    target adds one more): a single path's length is its depth; a tree's budget is capped by what a cache keeps free for it."""
     if room <= 0:
         return 0, 0
-    return (min(size, room),) * 2 if shape == CHAIN else (min(size, MAX_TREE_NODES), min(size, room))
+    return (min(size, room),) * 2 if shape == SINGLE_PATH else (min(size, MAX_TREE_NODES), min(size, room))
 
 
 @dataclass
@@ -59,7 +59,7 @@ class LevelWork:
 
 @dataclass
 class Draft:
-    """A drafted token tree: its node ids and ``parents`` (a chain's when not given); ``q`` (nodes, vocab) holds the
+    """A drafted token tree: its node ids and ``parents`` (a single path's when not given); ``q`` (nodes, vocab) holds the
     distribution each was drawn from, None for a deterministic proposal (q is one-hot at the proposed id); ``levels``:
     each level's work for it, top first (one level for a single drafter, one per level of a polybasic chain)."""
 
@@ -67,11 +67,11 @@ class Draft:
     q: torch.Tensor | None
     drafter: str
     levels: list[LevelWork] = field(default_factory=list)
-    parents: list[int] = None  # type: ignore[assignment]  # a chain's, filled in below
+    parents: list[int] = None  # type: ignore[assignment]  # a single path's, filled in below
 
     def __post_init__(self) -> None:
         if self.parents is None:
-            self.parents = TokenTree.chain(self.ids).parents
+            self.parents = TokenTree.single_path(self.ids).parents
 
     @property
     def tree(self) -> TokenTree:
@@ -111,15 +111,15 @@ class Drafter:
     def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
               stop: StopRule | None = None) -> Draft:
         """The step's draft below ``tokens``: at most ``nodes`` nodes in ``depth`` levels grown as ``shape`` says
-        (:func:`step_size`); ``stop`` may end a chain early."""
+        (:func:`step_size`); ``stop`` may end a single path early."""
         if nodes == 0:
             return Draft([], None, self.name)
-        if shape == CHAIN:
+        if shape == SINGLE_PATH:
             return self.propose(tokens, nodes, sampler, stop)
         return self.propose_tree(tokens, shape, nodes, depth, sampler)
 
     def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        """A chain of up to ``gamma`` tokens drafted one after the other."""
+        """A single path of up to ``gamma`` tokens drafted one after the other."""
         raise NotImplementedError
 
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
@@ -149,7 +149,7 @@ class Drafter:
 
     def _chain(self, next_logits: Callable[[list[int]], torch.Tensor | None], gamma: int, sampler: Sampler,
                stop: StopRule | None) -> Draft:
-        """A chain drawn one token at a time: ``next_logits(ids)`` gives the draft's logits after the ids drawn so far
+        """A single path drawn one token at a time: ``next_logits(ids)`` gives the draft's logits after the ids drawn so far
         (None: it cannot go on)."""
         started, ids, qs = self._started(), [], []
         while len(ids) < gamma and (logits := next_logits(ids)) is not None:

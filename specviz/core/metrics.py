@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specviz.core.record import SPANS
 from specviz.core.tree import depths
 
 METRICS = {
@@ -16,10 +17,12 @@ METRICS = {
     "drafted": "draft tokens proposed",
     "accepted": "draft tokens kept",
     "per_position_accept": "P(position i accepted | drafted), i = 1 … the longest draft (a tree: by depth)",
-    "draft_ms": "total time drafting",
-    "verify_ms": "total time verifying",
-    "overhead_ms": "total time in the rest of the steps",
-    "prefill_ms": "time before the first step",
+    "draft_ms": "total time drafting (the steps' drafting spans)",
+    "verify_ms": "total time verifying (their verifying spans: the forwards and the acceptance tests)",
+    "overhead_ms": "total time in the steps' other spans (deciding, committing, recording)",
+    "spans_ms": "the steps' time per span (`deciding`, `drafting`, `verifying`, `committing`, `recording`), summed",
+    "prefill_ms": "time before the first step: the prompt's prefill",
+    "outside_ms": "time between steps, outside the engine (the caller's: a view drawing a step, a benchmark's bookkeeping)",
     "engine_overhead_frac": "the share of step time outside model forwards",
 }
 """The keys of :func:`summarize`, with what each holds."""
@@ -34,6 +37,8 @@ def summarize(events: Sequence) -> dict:
     accepted = sum(e.accepted for e in events)
     step_ms = sum(e.total_ms for e in events)
     forward_ms = sum(e.forward_ms for e in events)
+    spans = {k: sum(e.spans[k] for e in events) for k in SPANS}
+    prefill_ms = events[0].elapsed_ms - events[0].total_ms if events else 0.0
     return {
         "new_tokens": new_tokens,
         "wall_s": wall_s,
@@ -44,10 +49,12 @@ def summarize(events: Sequence) -> dict:
         "drafted": drafted,
         "accepted": accepted,
         "per_position_accept": per_position_acceptance(events),
-        "draft_ms": sum(e.draft_ms for e in events),
-        "verify_ms": sum(e.verify_ms for e in events),
-        "overhead_ms": sum(e.overhead_ms for e in events),
-        "prefill_ms": wall_s * 1e3 - step_ms,
+        "draft_ms": spans["drafting"],
+        "verify_ms": spans["verifying"],
+        "overhead_ms": spans["deciding"] + spans["committing"] + spans["recording"],
+        "spans_ms": spans,
+        "prefill_ms": prefill_ms,
+        "outside_ms": wall_s * 1e3 - prefill_ms - step_ms,
         "engine_overhead_frac": (step_ms - forward_ms) / step_ms if step_ms else 0.0,
     }
 

@@ -1,15 +1,17 @@
-"""The two per-step decisions the loop asks for, in their simplest form: a :class:`LengthPolicy` says how many
-tokens to draft (the base class drafts a fixed γ; adaptive policies live in ``specviz.methods.policies``), a
-:class:`FirstDraft` selector says which drafter drafts (``specviz.methods.selection`` chooses online).
+"""The two per-step decisions the loop asks for, in their simplest form: a γ policy (a :class:`LengthPolicy`; the
+simplest is :class:`FixedPolicy`, adaptive ones live in ``specviz.methods.policies``) says how many tokens to draft,
+a :class:`FirstDraft` selector says which drafter drafts (``specviz.methods.selection`` chooses online).
 
 Before each step the selector's ``choose`` returns a :class:`Pick` and the policy's a :class:`Choice`, each with its
-reasons, which the engine attaches to the step; after it both learn from the step's :class:`Outcome`. γ policies
-register in :data:`~specviz.core.registry.GAMMA_POLICIES` and are built with ``from_gamma(gamma)``.
+reasons (built only if the step is recorded), which the engine attaches to the step apart; after it both learn from
+the step's :class:`Outcome`. γ policies register in :data:`~specviz.core.registry.GAMMA_POLICIES` and are built with ``from_gamma(gamma)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from specviz.core.drafters import Drafter, StopRule
 from specviz.core.registry import GAMMA_POLICIES
@@ -18,12 +20,18 @@ MAX_GAMMA = 10
 """The longest draft of a step: the γ setting's upper end and the cap of every adaptive policy."""
 
 
+Reasons = Callable[[], dict]
+"""A decision's reasons, built only when a step is recorded, after its timed spans: a policy's or selector's
+``choose`` returns this, not the dict, so a step that does not record never builds one."""
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """A finished step as the policies see it: tokens (a tree: nodes) drafted and accepted, the time drafting, verifying
-    and in all, tokens emitted, the deepest drafted node (None: as deep as ``gamma``, a chain) and who drafted."""
+    """A finished step as the policies see it: tokens (a tree: nodes) drafted and accepted, the time drafting (the
+    drafting span alone) and verifying (the forward and the acceptance test) and from the step's start to its commit,
+    tokens emitted, the deepest drafted node (None: as deep as ``drafted``, a single path) and who drafted."""
 
-    gamma: int
+    drafted: int
     accepted: int
     draft_ms: float
     verify_ms: float
@@ -35,16 +43,16 @@ class Outcome:
     @property
     def reach(self) -> int:
         """The most drafts the step could have accepted."""
-        return self.gamma if self.depth is None else self.depth
+        return self.drafted if self.depth is None else self.depth
 
 
 @dataclass(frozen=True)
 class Choice:
     """A policy's answer for one step: how many tokens to draft (a tree: its node budget), why, and the rule that may
-    stop a chain early."""
+    stop a single path early."""
 
     gamma: int
-    why: dict | None = None
+    why: Reasons
     stop: StopRule | None = None
 
 
@@ -53,14 +61,14 @@ class Pick:
     """A selector's answer for one step: the drafter (None: a plain target step) and why."""
 
     drafter: Drafter | None
-    why: dict | None = None
+    why: Reasons | None = None
 
 
-@GAMMA_POLICIES.register("Fixed γ: the same draft length every step.", ("gamma",))
 class LengthPolicy:
-    """Fixed γ; the base class of every adaptive policy."""
+    """The base class of every γ policy: it drafts its current γ (``gamma``, which an adaptive policy moves in
+    ``observe``); a subclass registers in :data:`~specviz.core.registry.GAMMA_POLICIES` under its ``name``."""
 
-    name = "fixed"
+    name = "length"
 
     def __init__(self, gamma: int = 4):
         self.gamma = gamma
@@ -72,13 +80,20 @@ class LengthPolicy:
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         """This step's γ for ``drafter`` after ``tokens``, with the policy's notes on the choice."""
-        return Choice(self.gamma, {"policy": self.name, "gamma": self.gamma})
+        return Choice(self.gamma, partial(dict, policy=self.name, gamma=self.gamma))
 
     def observe(self, outcome: Outcome) -> None:
         """Learn from a step this policy chose."""
 
     def observe_target(self, outcome: Outcome) -> None:
         """A step taken without this policy (a plain step, or another drafter's): only the target's timing applies."""
+
+
+@GAMMA_POLICIES.register("Fixed γ: the same draft length every step.", ("gamma",))
+class FixedPolicy(LengthPolicy):
+    """Fixed γ: the same draft length every step (γ = 0: plain autoregressive steps)."""
+
+    name = "fixed"
 
 
 class FirstDraft:

@@ -10,24 +10,35 @@ after the step's last timing mark, so they never count as the step's time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import ClassVar
 
 import torch
 
 from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict, one_hot_rows
-from specviz.core.drafters import CHAIN, Draft, LevelWork
+from specviz.core.drafters import SINGLE_PATH, Draft, LevelWork
 from specviz.core.policy import Outcome
+from specviz.core.sampling import Sampler
 from specviz.core.timing import Mark, Stopwatch
 from specviz.core.tree import TreeEvidence, TreeShape, depths
 
 TOP_K = 10
 """Alternatives recorded per verified position: the k most likely tokens of p, of q and of the residual."""
 
+SPANS = {
+    "deciding": "the draft selector and the γ policy: choosing before the draft, and learning from the step after its commit",
+    "drafting": "the drafter's proposal (every level of a polybasic chain)",
+    "verifying": "the target's verify forward and the acceptance test, up to the decision's one read from the device",
+    "committing": "keeping the accepted tokens: the caches' rollback to the accepted path",
+    "recording": "building the step's record (p and q of each token, the reasons), after every other span",
+}
+"""A step's time spans, in the order they run (the docs render this table)."""
+
 
 @dataclass
 class VerifyRecord:
-    """One verified position of a chain (the accepted ones and the first rejection; later drafts are never checked):
+    """One verified position of a single path (the accepted ones and the first rejection; later drafts are never checked):
     the token, p and q of it, the exact test's acceptance probability and the uniform draw u that decided it (None
     when greedy), the verdict and its reason, the top tokens of p and q; a judge run adds the score and δ; at a
     rejection, the target's argmax (greedy) or the residual the correction was drawn from (sampling)."""
@@ -72,7 +83,7 @@ class VerifyRecord:
 
 @dataclass
 class LevelRecord:
-    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a chain,
+    """One level's work in one proposal: forwards (or lookups) and milliseconds; for a verifying level of a polybasic chain,
     one [drafted, passed up] pair per verification and the token ids of each (``blocks``: drafted, passed)."""
 
     name: str
@@ -132,6 +143,7 @@ class StepEvent:
     step: int
     drafter: str
     gamma: int
+    drafted: int
     draft_ids: list[int | None]
     draft_q: list[float]
     draft_p: list[float]
@@ -140,13 +152,11 @@ class StepEvent:
     emitted_p: list[float]
     accept_reasons: list[str]
     judge_scores: list[float] | None
-    draft_ms: float
-    verify_ms: float
-    overhead_ms: float
+    spans: dict[str, float]
     total_ms: float
     forward_ms: float
     elapsed_ms: float
-    policy: dict | None = None
+    why: dict | None = None
     levels: list[LevelRecord] = field(default_factory=list)
     verify: list[VerifyRecord] = field(default_factory=list)
     tree: TreeRecord | None = None
@@ -155,7 +165,9 @@ class StepEvent:
     KEYS: ClassVar[dict[str, str]] = {
         "step": "1-based step number",
         "drafter": "the drafter's name, or `target` for a plain step",
-        "gamma": "tokens drafted this step (a tree: its node budget)",
+        "gamma": "the γ budget the policy chose for this step (a tree: its node budget; 0: a plain step)",
+        "drafted": "tokens (a tree: nodes) drafted this step: the budget, or fewer at the token limit, at a stop rule or "
+                   "where the drafter had no more",
         "draft_ids": "the drafted token ids (a tree: its nodes, in the order `tree.parents` indexes; a server's step: `null` "
                      "where the server does not say)",
         "draft_q": "the draft's probability of each drafted token",
@@ -165,24 +177,24 @@ class StepEvent:
         "emitted_p": "the target's probability of each emitted token",
         "accept_reasons": "why each kept token was kept: `exact`, `judge`, `lenient` or `topk`",
         "judge_scores": "the judge head's score of each checked draft (`null` unless `--accept judge`)",
-        "draft_ms": "time drafting",
-        "verify_ms": "time in the target's verify forward and the acceptance test",
-        "overhead_ms": "the rest of the step (bookkeeping, rollback, policy)",
-        "total_ms": "the whole step",
+        "spans": "the step's time in ms, one key per span (below); they add up to `total_ms`",
+        "total_ms": "the whole step, from its decision to the end of its record",
         "forward_ms": "time inside model forwards",
-        "elapsed_ms": "time from the start of the run to the end of this step",
-        "policy": "the γ policy's and the draft selector's reasons for this step's choice",
+        "elapsed_ms": "time from the start of the run (its prefill included) to the end of this step",
+        "why": "`policy`: the γ policy's reasons for the step's γ (its `policy` key names it); `selector`: the draft "
+               "selector's for its drafter (its `selector` key names it; `null` without draft selection); `null` when "
+               "the run does not record (benchmarks)",
         "extra": "`levels`: per level of a polybasic chain, its `name`, `role` (`verify` / `draft`), `passes`, `ms`, "
                  "`verifications` and `blocks`; `{}` for a plain target step",
-        "verify": "a chain's verified positions, one object each (below); empty for a tree step",
-        "tree": "a tree step's token tree (below); absent from a chain's step",
+        "verify": "a single path's verified positions, one object each (below); empty for a tree step",
+        "tree": "a tree step's token tree (below); absent from a single path's step",
         "untold": "a server's step only: what the server does not report (`rejected_ids`: the rejected drafts' ids, "
                   "`null` in `draft_ids`; `p`, `q`; `times`: per-step times, zero here)",
     }
     """What each JSON key holds (the docs render this table)."""
 
     def to_dict(self) -> dict:
-        """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a chain's step has no
+        """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a single path's step has no
         ``tree`` key."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("levels", "verify", "tree", "untold")}
         out["extra"] = {"levels": [asdict(level) for level in self.levels]} if self.levels else {}
@@ -201,48 +213,93 @@ class StepEvent:
 
     @classmethod
     def from_dict(cls, data: dict) -> StepEvent:
-        """A step from its JSON (:meth:`to_dict`; a version-1 trace's steps too)."""
-        data = dict(data)
+        """A step from its JSON (:meth:`to_dict`; an older trace's steps too, :func:`upgraded`)."""
+        data = upgraded(data)
         extra, verify, tree = data.pop("extra", None) or {}, data.pop("verify", None) or [], data.pop("tree", None)
         return cls(**data, levels=[LevelRecord(**level) for level in extra.get("levels", [])],
                    verify=[VerifyRecord(**v) for v in verify],
                    tree=TreeRecord(**{**tree, "nodes": [NodeRecord(**n) for n in tree["nodes"]]}) if tree else None)
 
 
+@dataclass(frozen=True)
+class StepMarks:
+    """A step's stopwatch marks in order: its start, the decision (selector and policy), the draft, the verdict (the
+    target's forward and the acceptance test, whose decision the host read), the commit, and the end of the policies'
+    learning from the outcome (which counts as deciding)."""
+
+    start: Mark
+    decided: Mark
+    drafted: Mark
+    verified: Mark
+    committed: Mark
+    learned: Mark
+
+
+def span_ms(watch: Stopwatch, start: Mark, end: Mark) -> float:
+    return 1e3 * watch.seconds(start, end)
+
+
 class Recorder:
-    """Builds a decode's StepEvents from the stopwatch and what each step computed; with ``full``, what the views read."""
+    """Builds a decode's StepEvents from the stopwatch and what each step computed; with ``full``, what the views read
+    (the target's p under ``sampler``'s transform among it)."""
 
-    def __init__(self, watch: Stopwatch, start: Mark, full: bool = True):
-        self.watch, self.start, self.full = watch, start, full
+    def __init__(self, watch: Stopwatch, start: Mark, sampler: Sampler, full: bool = True):
+        self.watch, self.start, self.sampler, self.full = watch, start, sampler, full
 
-    def step(self, step: int, outcome: Outcome, draft: Draft, nodes: int, p: torch.Tensor, verdict: Verdict,
-             emitted: list[int], elapsed_ms: float, forward_ms: float, policy: dict | None, shape: TreeShape) -> StepEvent:
-        """The StepEvent of a step that drafted ``draft`` (γ or node budget ``nodes``) under ``shape``, scored it to
-        ``p``, decided ``verdict`` and emitted ``emitted``, with ``outcome``'s time split. The record ends where the
-        output does: at a stop token among the accepted drafts, the drafts below it read as never checked."""
+    def step(self, step: int, outcome: Outcome, draft: Draft, gamma: int, logits: torch.Tensor, verdict: Verdict,
+             emitted: list[int], marks: StepMarks, forward_ms: float, why: Callable[[], dict], shape: TreeShape) -> StepEvent:
+        """The StepEvent of a step whose policy chose ``gamma`` (a tree: its node budget), drafted ``draft`` under
+        ``shape``, scored it to ``logits``, decided ``verdict`` and emitted ``emitted``; ``why()`` builds its reasons
+        (only here, and only with ``full``). Its spans are read from ``marks`` and, for recording, from this call's own
+        end. The record ends where the output does: at a stop token among the accepted drafts, the drafts below it read
+        as never checked."""
+        p = self.sampler.probs(logits) if self.full else None
         path, below = verdict.path[: len(emitted)], stopped_below(verdict, draft, len(emitted))
-        reasons = [UNCHECKED if i in below else why for i, why in enumerate(verdict.reasons)]
+        reasons = [UNCHECKED if i in below else kept for i, kept in enumerate(verdict.reasons)]
         full, ev = self.full, verdict.evidence
         rows = [0] + [i + 1 for i in path]
         tree = None
-        if shape != CHAIN:
+        if shape != SINGLE_PATH:
             nodes_seen = node_records(draft, verdict, p, below) if full else []
             tree = TreeRecord(shape.kind, shape.branch, draft.parents, path, nodes_seen)
         scores = ev.relaxed.scores if isinstance(ev, Evidence) and full else None
-        return StepEvent(
-            step=step, drafter=draft.drafter, gamma=nodes, draft_ids=draft.ids, draft_q=draft.q_of_ids() if full else [],
-            draft_p=probs_at(p, draft.ids, [parent + 1 for parent in draft.parents]) if full else [],
-            accepted=outcome.accepted, emitted_ids=emitted,
-            emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [], accept_reasons=reasons,
-            judge_scores=None if scores is None else scores.tolist(), draft_ms=outcome.draft_ms,
-            verify_ms=outcome.verify_ms, overhead_ms=outcome.total_ms - outcome.draft_ms - outcome.verify_ms,
-            total_ms=outcome.total_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms, policy=policy,
-            levels=[LevelRecord.of(work) for work in draft.levels],
-            verify=verify_records(draft, verdict, len(emitted)) if full and shape == CHAIN else [], tree=tree)
+        views = dict(draft_q=draft.q_of_ids() if full else [],
+                     draft_p=probs_at(p, draft.ids, [parent + 1 for parent in draft.parents]) if full else [],
+                     emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [],
+                     judge_scores=None if scores is None else scores.tolist(), why=why() if full else None,
+                     levels=[LevelRecord.of(work) for work in draft.levels],
+                     verify=verify_records(draft, verdict, p, len(emitted)) if full and shape == SINGLE_PATH else [], tree=tree)
+        end, w, m = self.watch.mark(), self.watch, marks
+        spans = {"deciding": span_ms(w, m.start, m.decided) + span_ms(w, m.committed, m.learned),
+                 "drafting": span_ms(w, m.decided, m.drafted), "verifying": span_ms(w, m.drafted, m.verified),
+                 "committing": span_ms(w, m.verified, m.committed), "recording": span_ms(w, m.learned, end)}
+        return StepEvent(step=step, drafter=draft.drafter, gamma=gamma, drafted=len(draft.ids), draft_ids=draft.ids,
+                         accepted=outcome.accepted, emitted_ids=emitted, accept_reasons=reasons, spans=spans,
+                         total_ms=span_ms(w, m.start, end), forward_ms=forward_ms, elapsed_ms=span_ms(w, self.start, end),
+                         **views)
+
+
+OLD_SPLIT = ("draft_ms", "verify_ms", "overhead_ms")
+"""A version-1 or 2 step's time split, which its spans replace."""
+
+
+def upgraded(data: dict) -> dict:
+    """A step of a version-1 or 2 trace in this version's keys (a copy; any other step as it is). Its draft, verify and
+    overhead ms become the drafting, verifying and committing spans (those versions counted the decision as drafting
+    and the policies' learning as overhead, and did not time recording: both read 0); its merged reasons become the
+    policy's; its drafted count is its draft's length."""
+    if "spans" in data or not set(OLD_SPLIT) <= set(data):
+        return dict(data)
+    new = {k: v for k, v in data.items() if k not in (*OLD_SPLIT, "policy")}
+    drafting, verifying, committing = (data[k] for k in OLD_SPLIT)
+    new["spans"] = {"deciding": 0.0, "drafting": drafting, "verifying": verifying, "committing": committing, "recording": 0.0}
+    new["why"] = {"policy": data.get("policy"), "selector": None}
+    new.setdefault("drafted", len(data.get("draft_ids") or []))
+    return new
 
 
 def stopped_below(verdict: Verdict, draft: Draft, emitted: int) -> set[int]:
-    """The drafts a stop token among the accepted ones cut off (a chain's later positions, a tree's stop node's
+    """The drafts a stop token among the accepted ones cut off (a single path's later positions, a tree's stop node's
     subtree): a step that emitted no more tokens than its accepted drafts ended there. Empty for any other step."""
     if emitted > verdict.accepted:
         return set()
@@ -272,20 +329,20 @@ def node_records(draft: Draft, verdict: Verdict, p: torch.Tensor, below: set[int
             for i, (t, parent, d, q, hit) in enumerate(zip(draft.ids, draft.parents, deep, qx, accepted))]
 
 
-def verify_records(draft: Draft, verdict: Verdict, emitted: int) -> list[VerifyRecord]:
-    """One :class:`VerifyRecord` per verified position of a chain that emitted ``emitted`` tokens (none past a stop
-    token), from what its decision read. Reading these changes nothing the rule decided."""
+def verify_records(draft: Draft, verdict: Verdict, p: torch.Tensor, emitted: int) -> list[VerifyRecord]:
+    """One :class:`VerifyRecord` per verified position of a single path that emitted ``emitted`` tokens (none past a stop
+    token), from what its decision read and the target's ``p`` of the step. Reading these changes nothing the rule
+    decided."""
     ev = verdict.evidence
     if ev is None:
         return []
     c, n = ev.checked, verdict.accepted
     m = min(emitted, len(draft.ids))
     rows = torch.arange(m, device=c.ids.device)
-    q = c.q if c.q is not None else (draft.q.to(c.p.device) if draft.q is not None
-                                      else one_hot_rows(draft.ids, c.p.shape[-1], c.p.device))
-    px, qx = c.p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
-    k = min(TOP_K, c.p.shape[-1])
-    p_top, q_top = _pairs(c.p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row
+    q = c.q if c.q is not None else (draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device))
+    px, qx = p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
+    k = min(TOP_K, p.shape[-1])
+    p_top, q_top = _pairs(p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row
     u = [None] * m if c.u is None else c.u[:m].tolist()
     hits, ids = ev.exact[:m].tolist(), c.ids[:m].tolist()
     scores = None if ev.relaxed.scores is None else ev.relaxed.scores.tolist()

@@ -1,6 +1,6 @@
 """Token trees: a drafter proposes several continuations at once and the target scores every node in one forward.
 
-Every draft is a tree (:class:`TokenTree`): a chain is the tree whose every node has one child. Nodes are listed in
+Every draft is a tree (:class:`TokenTree`): a single path is the tree whose every node has one child. Nodes are listed in
 the order they were drawn: parents before children, siblings in draw order; ``parents[i]`` is the index of node i's
 parent, −1 for a child of the last committed token (the root). Row 0 of the target's verify forward is the root,
 row i + 1 is node i.
@@ -14,7 +14,7 @@ drawn from the last p. Each node's inclusion is decided from draw keys that say 
 Gumbel maximum is independent of its argmax), so the output is distributed exactly as the target's.
 
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
-each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` chains from the root.
+each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` single paths from the root.
 
 Four types: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
 :class:`TreeEvidence` (what verifying one read) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
@@ -55,12 +55,12 @@ class TokenTree:
     parents: list[int]
 
     @classmethod
-    def chain(cls, ids: list[int]) -> TokenTree:
+    def single_path(cls, ids: list[int]) -> TokenTree:
         """The tree in which each node has one child."""
         return cls(list(ids), list(range(-1, len(ids) - 1)))
 
     @property
-    def is_chain(self) -> bool:
+    def is_single_path(self) -> bool:
         return all(parent == i - 1 for i, parent in enumerate(self.parents))
 
 
@@ -149,10 +149,11 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
             torch.stack([qs[n] for n in keep]) if keep else torch.zeros(0, 0))
 
 
-def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor,
+def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor | None,
                 sampler: Sampler) -> tuple[list[int], int, TreeEvidence]:
     """The accepted path (node indices, root down), the target's token after it and the evidence, for ``tree`` scored
-    to ``logits`` and ``p`` (rows: root, then each node). Greedy is one vectorised test and one device read."""
+    to ``logits`` and ``p`` (rows: root, then each node; None when greedy, which reads the logits alone). Greedy is one
+    vectorised test and one device read."""
     n = len(tree.ids)
     kids: list[list[int]] = [[] for _ in range(n + 1)]
     for i, parent in enumerate(tree.parents):

@@ -71,7 +71,7 @@ class StagedDrafter(Drafter):
         work.passes += 1
         work.spans.append((start, work.watch.mark()))
         p = sampler.probs(logits)
-        return self.rule.verify(draft, logits, p, sampler), p
+        return self.rule.verify(draft, logits, sampler), p
 
 
 def build_chain(bottom: Drafter, verifiers: list[CachedModel], level_gamma: int = DEFAULT_LEVEL_GAMMA) -> Drafter:

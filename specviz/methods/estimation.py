@@ -15,15 +15,15 @@ from specviz.core.tree import depths
 def outcome_of(event) -> Outcome:
     """A recorded step (a :class:`~specviz.core.record.StepEvent`) as the policies saw it, for fits over traces."""
     depth = max(depths(event.tree.parents), default=0) if event.tree else None
-    return Outcome(len(event.draft_ids), event.accepted, event.draft_ms, event.verify_ms, len(event.emitted_ids),
-                   event.total_ms, depth, event.drafter)
+    return Outcome(len(event.draft_ids), event.accepted, event.spans["drafting"], event.spans["verifying"],
+                   len(event.emitted_ids), event.total_ms - event.spans["recording"], depth, event.drafter)
 
 
 def file_step(outcome: Outcome, histories: dict[str, History], verify: History) -> None:
     """Record a finished step: ``verify`` times the target on every step (its cost does not depend on who
     drafted, and plain steps count), a drafter's own history gets the steps it drafted."""
     verify.add(outcome)
-    if outcome.gamma:
+    if outcome.drafted:
         histories[outcome.drafter].add(outcome)
 
 
@@ -36,7 +36,7 @@ class History:
         self.acc_max = acc_max
 
     def add(self, rec: Outcome) -> None:
-        if rec.gamma:
+        if rec.drafted:
             self.steps.append(rec)
         else:
             self.plain.append(rec.verify_ms)
@@ -57,21 +57,21 @@ class History:
     def naive_acceptance(self) -> float | None:
         """ΣV / Σγ: biased low (a rejection hides the tokens after it); kept for comparison."""
         steps = self.drafted()
-        return sum(s.accepted for s in steps) / sum(s.gamma for s in steps) if steps else None
+        return sum(s.accepted for s in steps) / sum(s.drafted for s in steps) if steps else None
 
     def depth_of(self, gamma: int) -> float:
         """The depth a draft of ``gamma`` tokens reaches: γ for a chain; for a tree, its measured mean depth at that
         budget, else γ times the window's depth per node."""
         steps = self.drafted()
-        at = [s.reach for s in steps if s.gamma == gamma]
+        at = [s.reach for s in steps if s.drafted == gamma]
         if at:
             return sum(at) / len(at)
-        total = sum(s.gamma for s in steps)
+        total = sum(s.drafted for s in steps)
         return gamma * sum(s.reach for s in steps) / total if total else float(gamma)
 
     def draft_ms_per_token(self) -> float | None:
         steps = self.drafted()
-        return sum(s.draft_ms for s in steps) / sum(s.gamma for s in steps) if steps else None
+        return sum(s.draft_ms for s in steps) / sum(s.drafted for s in steps) if steps else None
 
     def verify_model(self) -> VerifyCost | None:
         """b_p(γ): plain steps (γ = 0) timed on their own; each γ the window has drafted at, its mean verify
@@ -86,14 +86,14 @@ class History:
         if not steps:
             plain = self.plain_ms()
             return None if plain is None else VerifyCost(plain, plain, 0.0)
-        g = [float(s.gamma) for s in steps]
+        g = [float(s.drafted) for s in steps]
         t = [float(s.verify_ms) for s in steps]
         g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
         spread = sum((x - g_mean) ** 2 for x in g)
         slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
         by_gamma: dict[int, list[float]] = defaultdict(list)
         for s in steps:
-            by_gamma[s.gamma].append(s.verify_ms)
+            by_gamma[s.drafted].append(s.verify_ms)
         measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(by_gamma.items())}
         return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope, measured)
 

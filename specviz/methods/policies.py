@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from functools import partial
 
 from specviz.core.drafters import Drafter, lookup_continuation
 from specviz.core.policy import MAX_GAMMA, Choice, LengthPolicy, Outcome
@@ -31,9 +32,9 @@ class FSMPolicy(LengthPolicy):
         self.gamma_min, self.gamma_max = gamma_min, gamma_max
 
     def observe(self, outcome: Outcome) -> None:
-        if not outcome.gamma:
+        if not outcome.drafted:
             return
-        step = self.up if outcome.accepted == outcome.gamma else -self.down
+        step = self.up if outcome.accepted == outcome.drafted else -self.down
         self.gamma = max(self.gamma_min, min(self.gamma_max, self.gamma + step))
 
 
@@ -62,7 +63,7 @@ class CacheFSMPolicy(FSMPolicy):
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         hit = bool(lookup_continuation(tokens, 1, self.ngram, self.ngram))
         gamma = self.long_gamma if hit else self.gamma
-        return Choice(gamma, {"policy": self.name, "gamma": gamma, "suffix_seen_before": hit})
+        return Choice(gamma, partial(dict, policy=self.name, gamma=gamma, suffix_seen_before=hit))
 
 
 @GAMMA_POLICIES.register("transformers' confidence stop: draft until the draft's top probability < 0.4.")
@@ -82,7 +83,7 @@ class ConfidencePolicy(LengthPolicy):
         return cls()
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
-        return Choice(self.gamma, {"policy": self.name, "gamma_max": self.gamma, "threshold": self.threshold}, self.stop_rule)
+        return Choice(self.gamma, partial(dict, policy=self.name, gamma_max=self.gamma, threshold=self.threshold), self.stop_rule)
 
     def stop_rule(self, q) -> bool:
         """Stop before a token whose draft distribution ``q`` has its top probability below the threshold."""
@@ -117,7 +118,7 @@ class OnlinePolicy(LengthPolicy):
         hist = self.histories[drafter.name]
         acc, a_q, b_p = hist.acceptance(self.prior, self.prior_weight), hist.draft_ms_per_token(), self.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
-            return Choice(self.gamma, {"policy": self.name, "gamma": self.gamma, "reason": "no history yet: initial γ"})
+            return Choice(self.gamma, partial(dict, policy=self.name, gamma=self.gamma, reason="no history yet: initial γ"))
         rates = predicted_rates(acc, a_q, b_p, self.gamma_max, depth=hist.depth_of)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
@@ -127,9 +128,10 @@ class OnlinePolicy(LengthPolicy):
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = 1, "probe: γ* = 0 for a while"
-        return Choice(best, {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": hist.acceptance(),
-                             "acc_naive": hist.naive_acceptance(), "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
-                             "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason})
+        mle, naive = hist.acceptance(), hist.naive_acceptance()  # of this step's window: the history moves on after it
+        return Choice(best, lambda: {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": mle, "acc_naive": naive,
+                                     "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
+                                     "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason})
 
     def observe(self, outcome: Outcome) -> None:
         file_step(outcome, self.histories, self.verify)
@@ -156,16 +158,17 @@ class RLPolicy(LengthPolicy):
         values = self.q[self.state]
         explored = self.rng.random() < self.epsilon
         self.gamma = self.rng.choice(self.actions) if explored else max(values, key=values.get)  # the action observe() rewards
-        return Choice(self.gamma, {"policy": self.name, "gamma": self.gamma, "explored": explored, "state_full_accept": self.state,
-                                   "q": {str(a): round(v, 2) for a, v in values.items()}})
+        gamma, state, q = self.gamma, self.state, list(values.items())  # observe() updates them after the step
+        return Choice(gamma, lambda: {"policy": self.name, "gamma": gamma, "explored": explored, "state_full_accept": state,
+                                      "q": {str(a): round(v, 2) for a, v in q}})
 
     def observe(self, outcome: Outcome) -> None:
-        if not outcome.gamma:
+        if not outcome.drafted:
             return
         reward = outcome.emitted / max(outcome.total_ms, 1e-3) * 1e3
         values = self.q[self.state]
         values[self.gamma] += self.lr * (reward - values[self.gamma])
-        self.state = outcome.accepted == outcome.gamma
+        self.state = outcome.accepted == outcome.drafted
 
 
 def make_policy(name: str, gamma: int) -> LengthPolicy:

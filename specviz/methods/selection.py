@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 
 from specviz.core.drafters import Drafter
 from specviz.core.policy import MAX_GAMMA, Choice, FirstDraft, LengthPolicy, Outcome, Pick
@@ -78,9 +79,14 @@ class OnlineSelector(FirstDraft):
 
     def choose(self, drafters: list[Drafter], tokens: list[int]) -> Pick:
         ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
-        why = {"selector": self.name, "idle": [d.name for d in drafters if d not in ready]}
+        idle = [d.name for d in drafters if d not in ready]
+
+        def pick(drafter: Drafter | None, reason: str, **notes) -> Pick:
+            name = drafter.name if drafter else None
+            return Pick(drafter, partial(dict, selector=self.name, idle=idle, drafter=name, **notes, reason=reason))
+
         if not ready:
-            return Pick(None, {**why, "drafter": None, "reason": "no drafter has a proposal: plain step"})
+            return pick(None, "no drafter has a proposal: plain step")
         drafters = ready
         steps = {d.name: len(self.histories[d.name].drafted()) for d in drafters}
         best_measured = None
@@ -89,22 +95,20 @@ class OnlineSelector(FirstDraft):
         fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, best_measured))]
         fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
-            return Pick(fresh[0], {**why, "drafter": fresh[0].name, "reason": "exploring: too little history"})
+            return pick(fresh[0], "exploring: too little history")
         b_p = self.verify.verify_model()
         if b_p is None or b_p.plain is None:
-            return Pick(None, {**why, "drafter": None, "reason": "timing a plain step: not measured yet"})
+            return pick(None, "timing a plain step: not measured yet")
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
         plain = 1e3 / b_p(0) if b_p(0) > 0 else 0.0
-        why.update(drafter=best.name, pred_tok_s={**scores, "plain": plain},
-                   acc={d.name: self.acceptance(d.name) for d in drafters}, reason="best predicted tokens/s")
+        notes = {"pred_tok_s": {**scores, "plain": plain}, "acc": {d.name: self.acceptance(d.name) for d in drafters}}
         if scores[best.name] >= plain:
             self.probes.drafting()
-        elif self.probes.plain():
-            why["reason"] = "probe: plain for a while"
-        else:
-            return Pick(None, {**why, "drafter": None, "reason": "no drafter beats a plain step"})
-        return Pick(best, why)
+            return pick(best, "best predicted tokens/s", **notes)
+        if self.probes.plain():
+            return pick(best, "probe: plain for a while", **notes)
+        return pick(None, "no drafter beats a plain step", **notes)
 
     def observe(self, outcome: Outcome) -> None:
         file_step(outcome, self.histories, self.verify)

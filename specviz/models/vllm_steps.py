@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specviz.core.errors import ServerError
-from specviz.core.record import StepEvent
+from specviz.core.record import SPANS, StepEvent
 
 UNTOLD = ["rejected_ids", "p", "q", "times"]
 """What a server's step does not say: the ids of its rejected drafts, p and q of each token, and per-step times."""
@@ -104,7 +104,7 @@ def read_answer(answer: dict, drafter: str = "server", wall_ms: float = 0.0, spe
     finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
     out = ServerAnswer(prompt_ids, token_ids, text, finish, spec, timing)
     out.steps = split_steps(prompt_ids, token_ids, spec["per_step_accepted"], spec["per_step_drafted"], timing, drafter,
-                            ngram_rule(speculative_config))
+                            ngram_rule(speculative_config), spec["num_spec_tokens"])
     return out
 
 
@@ -134,31 +134,33 @@ def ngram_proposal(tokens: list[int], low: int, high: int, k: int) -> list[int]:
     return tokens[start:start + k] if best >= low else []
 
 
-def _step(step: int, drafter: str, drafts: list, accepted: int, emitted: list[int], elapsed_ms: float,
+def _step(step: int, drafter: str, gamma: int, drafts: list, accepted: int, emitted: list[int], elapsed_ms: float,
           untold: list[str]) -> StepEvent:
-    return StepEvent(step=step, drafter=drafter if drafts else "target", gamma=len(drafts), draft_ids=drafts, draft_q=[],
-                     draft_p=[], accepted=accepted, emitted_ids=emitted, emitted_p=[], accept_reasons=["exact"] * accepted,
-                     judge_scores=None, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0, total_ms=0.0, forward_ms=0.0,
-                     elapsed_ms=elapsed_ms, untold=untold)
+    return StepEvent(step=step, drafter=drafter if drafts else "target", gamma=gamma if drafts else 0, drafted=len(drafts),
+                     draft_ids=drafts, draft_q=[], draft_p=[], accepted=accepted, emitted_ids=emitted, emitted_p=[],
+                     accept_reasons=["exact"] * accepted, judge_scores=None, spans=dict.fromkeys(SPANS, 0.0), total_ms=0.0,
+                     forward_ms=0.0, elapsed_ms=elapsed_ms, untold=untold)
 
 
 def split_steps(prompt_ids: list[int], token_ids: list[int], accepted: list[int], drafted: list[int], timing: dict,
-                drafter: str = "server", ngram: tuple[int, int, int] | None = None) -> list[StepEvent]:
+                drafter: str = "server", ngram: tuple[int, int, int] | None = None, gamma: int = 0) -> list[StepEvent]:
     """The prefill's target step, then one step per array entry; refused unless the arrays account for every token.
 
     vLLM lists no step that drafted nothing. With an n-gram server's rule (``ngram``: shortest, longest, k) its
     proposals are replayed on the tokens: a position without a match is a plain target step, and every other step's
-    drafts (rejected ones included) must have the length the server lists and agree with the tokens it kept."""
+    drafts (rejected ones included) must have the length the server lists and agree with the tokens it kept. ``gamma``:
+    the server's γ budget (``num_spec_tokens``; by default the most any step drafted)."""
     if not token_ids:
         return []
+    gamma = gamma or max(drafted, default=0)
     ttft = timing.get("time_to_first_token_ms", 0.0)
     end = ttft + timing["generation_time_ms"] if "generation_time_ms" in timing else timing.get("client_wall_ms", 0.0)
-    steps = [_step(1, drafter, [], 0, token_ids[:1], ttft, ["p", "times"])]
+    steps = [_step(1, drafter, 0, [], 0, token_ids[:1], ttft, ["p", "times"])]
     at, i = 1, 0
     while at < len(token_ids):
         proposal = None if ngram is None else ngram_proposal(prompt_ids + token_ids[:at], *ngram)
         if proposal == []:
-            steps.append(_step(len(steps) + 1, drafter, [], 0, token_ids[at:at + 1], end, ["p", "times"]))
+            steps.append(_step(len(steps) + 1, drafter, 0, [], 0, token_ids[at:at + 1], end, ["p", "times"]))
             at += 1
             continue
         if i == len(accepted):
@@ -173,7 +175,8 @@ def split_steps(prompt_ids: list[int], token_ids: list[int], accepted: list[int]
             raise ServerError(f"the n-gram rule {ngram} does not reproduce the server's step {i + 1} ({a} of {d} drafts kept): "
                               "is that the server's speculative config?")
         drafts = kept + [None] * (d - len(kept)) if proposal is None else proposal
-        steps.append(_step(len(steps) + 1, drafter, drafts, a, emitted, end, list(UNTOLD) if proposal is None else ["p", "q", "times"]))
+        told = list(UNTOLD) if proposal is None else ["p", "q", "times"]
+        steps.append(_step(len(steps) + 1, drafter, gamma, drafts, a, emitted, end, told))
         at += len(emitted)
         i += 1
     if i < len(accepted):

@@ -11,7 +11,7 @@ import torch
 
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import CHAIN, Drafter
+from specviz.core.drafters import SINGLE_PATH, Drafter
 from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
 from specviz.core.policy import FirstDraft, LengthPolicy
@@ -118,7 +118,7 @@ class PreparedRun:
 
 def tree_shape(config: DecodeConfig) -> TreeShape:
     """How the run's drafts grow: a token tree's branching and kind (its budget and depth are each step's), or a chain."""
-    return TreeShape(config.tree_branch, config.tree_kind) if config.tree_nodes else CHAIN
+    return TreeShape(config.tree_branch, config.tree_kind) if config.tree_nodes else SINGLE_PATH
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pandas as pd
 from specviz.api.trace import Trace
 from specviz.core.errors import ConfigError
 from specviz.core.policy import MAX_GAMMA
+from specviz.core.record import SPANS
 from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
 from specviz.models.presets import NGRAM_DRAFT, resolve_draft, resolve_preset
 from specviz.runtime.config import DecodeConfig
@@ -247,7 +248,7 @@ def export(comp: Comparison, shared: dict, warmup_tokens: int) -> tuple[Path, Pa
     """Every step of every run as CSV, and the whole comparison as JSON, in a fresh temp folder."""
     folder = export_folder()
     fields = ["config", "round", "order", *ROW_SETTINGS, "step", "drafter", "gamma", "drafted", "accepted", "emitted",
-              "accept_reasons", "draft_ms", "verify_ms", "overhead_ms", "total_ms", "elapsed_ms"]
+              "accept_reasons", *(f"{k}_ms" for k in SPANS), "total_ms", "elapsed_ms"]
     csv_path, json_path = folder / "specviz-compare-steps.csv", folder / "specviz-compare.json"
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
@@ -257,9 +258,9 @@ def export(comp: Comparison, shared: dict, warmup_tokens: int) -> tuple[Path, Pa
                 c = rec["config"]
                 settings = [",".join(c[n]) if isinstance(c[n], list) else c[n] for n in ROW_SETTINGS]
                 for e in rec["events"]:
-                    w.writerow([label, rec["round"], rec["order"], *settings, e["step"], e["drafter"], e["gamma"], len(e["draft_ids"]),
-                                e["accepted"], len(e["emitted_ids"]), " ".join(e["accept_reasons"]), round(e["draft_ms"], 3),
-                                round(e["verify_ms"], 3), round(e["overhead_ms"], 3), round(e["total_ms"], 3), round(e["elapsed_ms"], 3)])
+                    w.writerow([label, rec["round"], rec["order"], *settings, e["step"], e["drafter"], e["gamma"], e["drafted"],
+                                e["accepted"], len(e["emitted_ids"]), " ".join(e["accept_reasons"]),
+                                *(round(e["spans"][k], 3) for k in SPANS), round(e["total_ms"], 3), round(e["elapsed_ms"], 3)])
     summary = metrics_table(comp)
     payload = {"prompt": comp.prompt, "shared": shared, "order": comp.order, "warmup_tokens": warmup_tokens,
                "summary": json.loads(summary.to_json(orient="records")),

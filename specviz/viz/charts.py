@@ -15,7 +15,8 @@ from specviz.core.formulas import best_gamma, expected_tokens, speedup
 
 PALETTE = ["#4C6FE0", "#E0784C", "#2E9D6B", "#B04CE0", "#C9A227"]
 AR_COLOUR = "#6B7280"
-SPLIT_COLOURS = {"prefill": "#9CA3AF", "draft": "#E0784C", "verify": "#4C6FE0", "overhead": "#C9A227"}
+SPLIT_COLOURS = {"prefill": "#9CA3AF", "deciding": "#8B5CF6", "drafting": "#E0784C", "verifying": "#4C6FE0",
+                 "committing": "#C9A227", "recording": "#14B8A6", "outside": "#D1D5DB"}
 DASHES = ["solid", "dot", "dashdot", "longdash", "longdashdot"]
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x"]
 BASE_LAYOUT = {"template": "plotly_white", "margin": {"l": 55, "r": 20, "t": 50, "b": 45}, "font": {"size": 12},
@@ -107,9 +108,8 @@ def dynamics_from_events(events: Sequence[Mapping], metrics: Mapping, ar_metrics
 
 
 def split_of(metrics: Mapping) -> dict[str, float]:
-    """Where the wall time went, in ms: prefill, drafting, verification, everything else."""
-    return {"prefill": max(0.0, metrics.get("prefill_ms", 0.0)), "draft": metrics.get("draft_ms", 0.0),
-            "verify": metrics.get("verify_ms", 0.0), "overhead": metrics.get("overhead_ms", 0.0)}
+    """Where the wall time went, in ms: the prefill, each span of the steps, and the time between steps (the caller's)."""
+    return {"prefill": max(0.0, metrics["prefill_ms"]), **metrics["spans_ms"], "outside": max(0.0, metrics["outside_ms"])}
 
 
 def dynamics_spec(d: Dynamics) -> dict:
@@ -145,7 +145,7 @@ def dynamics_spec(d: Dynamics) -> dict:
     return {"data": data, "layout": layout}
 
 
-_PATTERNS = {"prefill": ".", "draft": "/", "verify": "", "overhead": "x"}
+_PATTERNS = {"prefill": ".", "deciding": "\\", "drafting": "/", "verifying": "", "committing": "x", "recording": "+", "outside": "-"}
 
 
 def dynamics_figure(d: Dynamics) -> go.Figure:

@@ -59,7 +59,8 @@ def narrate(event: Mapping, pieces: Mapping[int, str], plain_ms_per_token: float
             bonus = event["accepted"] == len(drafts)
             how = "as the bonus token, from p after the last draft" if bonus else "in place of the rejected draft"
             words.append(f"The target then emitted {piece(pieces, extra)} {how}.")
-    took = f"The step took {event['total_ms']:.1f} ms (draft {event['draft_ms']:.1f}, verify {event['verify_ms']:.1f})"
+    spans = event["spans"]
+    took = f"The step took {event['total_ms']:.1f} ms (drafting {spans['drafting']:.1f}, verifying {spans['verifying']:.1f})"
     if plain_ms_per_token:
         words.append(f"{took}; plain decoding would have taken about {plain_ms_per_token * len(emitted):.1f} ms for these "
                      f"{len(emitted)} token{'s' * (len(emitted) != 1)}.")

@@ -10,14 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specviz.core.record import SPANS
 from specviz.viz.render import REASON_SYMBOLS, TokenSpan
 
 ACCEPT_KINDS = {"exact": "accepted", "judge": "judge", "lenient": "relaxed", "topk": "relaxed"}
 CONTEXT = 4
 """Tokens of left context used to decode a token's text (leading spaces and split bytes need it)."""
 
-STEP_COLUMNS = ["step", "drafter", "γ", "accepted / drafted", "reasons", "emitted", "text", "draft ms", "verify ms",
-                "overhead ms", "total ms", "elapsed s", "policy"]
+STEP_COLUMNS = ["step", "drafter", "γ", "accepted / drafted", "reasons", "emitted", "text", *(f"{k} ms" for k in SPANS),
+                "total ms", "elapsed s", "why"]
 
 
 def _get(event: Any, name: str) -> Any:
@@ -133,10 +134,11 @@ def reasons_text(reasons: Sequence[str]) -> str:
     return "".join(REASON_SYMBOLS.get(r, r[:1].upper()) for r in reasons)
 
 
-def _policy_text(policy: dict | None) -> str:
-    if not policy:
-        return ""
-    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in policy.items())
+def _why_text(why: dict | None) -> str:
+    """The policy's and the selector's reasons, each in its own part."""
+    parts = [", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in reasons.items())
+             for reasons in (why or {}).values() if reasons]
+    return " | ".join(parts)
 
 
 def step_row(event: dict, spans: Sequence[TokenSpan]) -> list:
@@ -145,8 +147,8 @@ def step_row(event: dict, spans: Sequence[TokenSpan]) -> list:
     return [
         event["step"], event["drafter"], event["gamma"], f"{event['accepted']} / {len(event['draft_ids'])}",
         reasons_text(event.get("accept_reasons") or []), len(event["emitted_ids"]), kept.replace("\n", "↵"),
-        round(event["draft_ms"], 2), round(event["verify_ms"], 2), round(event["overhead_ms"], 2),
-        round(event["total_ms"], 2), round(event["elapsed_ms"] / 1e3, 3), _policy_text(event.get("policy")),
+        *(round(event["spans"][k], 2) for k in SPANS), round(event["total_ms"], 2), round(event["elapsed_ms"] / 1e3, 3),
+        _why_text(event.get("why")),
     ]
 
 

@@ -275,7 +275,7 @@ def tree_trace(tmp_path_factory, tiny_target) -> tuple[Path, Path, dict]:
     from specviz.core.drafters import ModelDrafter
     from specviz.core.engine import decode
     from specviz.core.metrics import summarize
-    from specviz.core.policy import LengthPolicy
+    from specviz.core.policy import FixedPolicy
     from specviz.core.sampling import Sampler
     from specviz.core.tree import TreeShape, depths
     from specviz.models.backends import cached_model
@@ -289,7 +289,7 @@ def tree_trace(tmp_path_factory, tiny_target) -> tuple[Path, Path, dict]:
             return "".join(pieces[i] for i in ids)
 
     prompt = [5, 17, 3, 9]
-    events = list(decode(cached_model(tiny_target), prompt, drafters=[ModelDrafter(cached_model(tiny_target))], policy=LengthPolicy(32),
+    events = list(decode(cached_model(tiny_target), prompt, drafters=[ModelDrafter(cached_model(tiny_target))], policy=FixedPolicy(32),
                          sampler=Sampler(1.0, seed=1), max_new_tokens=24, tree=TreeShape(2, "dynamic")))
     ids = [t for e in events for t in e.emitted_ids]
     config = DecodeConfig(draft="tiny", tree_nodes=32, temperature=1.0, seed=1, max_new_tokens=24)

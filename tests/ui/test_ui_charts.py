@@ -17,8 +17,8 @@ def events(n=6):
              "draft_ids": [7] * (i % 5), "accepted": min(i % 3, i % 5)} for i in range(1, n + 1)]
 
 
-METRICS = {"per_position_accept": [0.8, 0.5, 0.2, 0.0], "prefill_ms": 90.0, "draft_ms": 2.0, "verify_ms": 260.0, "overhead_ms": 12.0,
-           "tokens_per_s": 30.0}
+SPANS_MS = {"deciding": 1.0, "drafting": 2.0, "verifying": 260.0, "committing": 8.0, "recording": 3.0}
+METRICS = {"per_position_accept": [0.8, 0.5, 0.2, 0.0], "prefill_ms": 90.0, "spans_ms": SPANS_MS, "outside_ms": 5.0, "tokens_per_s": 30.0}
 
 
 def test_race_spec_is_valid_and_marks_the_baseline_without_colour_alone():
@@ -30,12 +30,12 @@ def test_race_spec_is_valid_and_marks_the_baseline_without_colour_alone():
 
 
 def test_dynamics_spec_is_valid_with_and_without_ar():
-    for ar in (None, {"tokens_per_s": 20.0, "prefill_ms": 90.0, "verify_ms": 400.0}):
+    ar_spans = {**SPANS_MS, "drafting": 0.0, "verifying": 400.0}
+    for ar in (None, {"tokens_per_s": 20.0, "prefill_ms": 90.0, "outside_ms": 0.0, "spans_ms": ar_spans}):
         d = charts.dynamics_from_events(events(), METRICS, ar)
         fig = go.Figure(charts.dynamics_spec(d))
         names = {t.name for t in fig.data}
-        assert {"accepted drafts", "drafted, not accepted", "γ chosen", "P(accept | drafted)", "draft", "verify", "overhead",
-                "prefill"} <= names
+        assert {"accepted drafts", "drafted, not accepted", "γ chosen", "P(accept | drafted)", "prefill", *SPANS_MS, "outside"} <= names
         assert ("AR baseline tok/s" in names) == (ar is not None)
     assert d.gammas == [4] * 6 and d.drafted == [1, 2, 3, 4, 0, 1] and d.tokens_per_s[0] == pytest.approx(2000 / 41)
 
@@ -63,9 +63,11 @@ def test_explain_uses_only_real_measurements():
     session = new_session()
     assert measured_from(session, run_prediction(session)) is None and "none yet" in summary_markdown(0.7, 0.05, 12, None)
     assert "Run something in the Explore tab" in theory_html(session)
-    steps = [{"gamma": 4, "draft_ids": [1] * 4, "accepted": k, "tree": None, "draft_ms": 2.0, "verify_ms": 55.0} for k in (4, 1, 0)]
+    spans = {"drafting": 2.0, "verifying": 55.0}
+    steps = [{"gamma": 4, "draft_ids": [1] * 4, "accepted": k, "tree": None, "spans": spans} for k in (4, 1, 0)]
     session["last"] = {"config": {"method": "sd", "gamma": 4}, "run": 3, "speedup": 1.3, "theory": None,
-                       "events": [*steps, {"gamma": 0, "draft_ids": [], "accepted": 0, "tree": None, "draft_ms": 0.0, "verify_ms": 35.0}],
+                       "events": [*steps, {"gamma": 0, "draft_ids": [], "accepted": 0, "tree": None,
+                                           "spans": {"drafting": 0.0, "verifying": 35.0}}],
                        "metrics": {"drafted": 12, "accept_rate": 5 / 12, "draft_ms": 6.0, "verify_ms": 200.0, "target_forwards": 4,
                                    "mean_accept_len": 2.0},
                        "ar": {"metrics": {"verify_ms": 500.0, "target_forwards": 10}}}
@@ -92,7 +94,7 @@ def chain_theory() -> dict:
     def step(k: int, acc: int, verifications: list) -> SimpleNamespace:
         levels = [LevelRecord("mid", "verify", len(verifications), 5.0 * len(verifications), verifications),
                   LevelRecord("ngram", "draft", len(verifications), 0.1)]
-        return SimpleNamespace(drafter="ngram→mid", draft_ids=[1] * k, accepted=acc, emitted_ids=[1] * (acc + 1), verify_ms=50.0,
+        return SimpleNamespace(drafter="ngram→mid", draft_ids=[1] * k, accepted=acc, emitted_ids=[1] * (acc + 1), spans={"verifying": 50.0},
                                total_ms=60.0, levels=levels)
 
     return run_theory([step(3, 1, [[2, 3]]), step(4, 4, [[2, 3], [1, 1]]), step(2, 0, [[1, 2]])])
@@ -103,6 +105,7 @@ def test_explore_frames_pickle_for_zerogpu():
 
     d = charts.dynamics_from_events(events(), METRICS)
     value = frame(status="<b>x</b>", race=charts.race_figure([charts.Series("a", [0, 1], [0, 2])]), dynamics=charts.dynamics_figure(d),
-                  table=step_table([[1, "ngram", 4, "1 / 4", "✓✗··", 2, " hi", 0.1, 40.0, 1.0, 41.1, 0.2, ""]]), session=new_session())
+                  table=step_table([[1, "ngram", 4, "1 / 4", "✓✗··", 2, " hi", 0.0, 0.1, 40.0, 0.5, 0.5, 41.1, 0.2, ""]]),
+                  session=new_session())
     restored = pickle.loads(pickle.dumps(value))
     assert restored[0] == "<b>x</b>" and restored[1] == {"__type__": "update"} and len(restored) == 12  # with the step panel and files

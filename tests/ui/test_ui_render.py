@@ -34,10 +34,11 @@ VOCAB = {0: "<s>", 1: " The", 2: " cat", 3: " sat", 4: " on", 5: " mat", 6: "\n"
 
 
 def event(step, drafts, accepted, emitted, reasons, elapsed=10.0, judge=None):
-    return {"step": step, "drafter": "ngram", "gamma": len(drafts), "draft_ids": drafts, "draft_q": [1.0] * len(drafts),
-            "draft_p": [0.5] * len(drafts), "accepted": accepted, "emitted_ids": emitted, "emitted_p": [0.9] * len(emitted),
-            "accept_reasons": reasons, "judge_scores": judge, "draft_ms": 0.1, "verify_ms": 40.0, "overhead_ms": 1.0,
-            "total_ms": 41.1, "forward_ms": 40.0, "elapsed_ms": elapsed, "policy": None, "extra": {}}
+    spans = {"deciding": 0.0, "drafting": 0.1, "verifying": 40.0, "committing": 0.5, "recording": 0.5}
+    return {"step": step, "drafter": "ngram", "gamma": len(drafts), "drafted": len(drafts), "draft_ids": drafts,
+            "draft_q": [1.0] * len(drafts), "draft_p": [0.5] * len(drafts), "accepted": accepted, "emitted_ids": emitted,
+            "emitted_p": [0.9] * len(emitted), "accept_reasons": reasons, "judge_scores": judge, "spans": spans,
+            "total_ms": 41.1, "forward_ms": 40.0, "elapsed_ms": elapsed, "why": None, "extra": {}}
 
 
 def cues(kind: str) -> tuple:
