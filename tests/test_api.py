@@ -39,7 +39,7 @@ def test_loaded_models_give_generates_tokens(hf_models, prompt):
 
 
 def test_a_trace_has_the_clis_json_a_dataframe_a_figure_and_an_inline_view():
-    trace = specviz.speculate("Name three colours.", draft="ngram", gamma=2, max_new_tokens=12, baseline=True)
+    trace = specviz.speculate("Name three colours.", draft="ngram", gamma=2, max_new_tokens=12, baseline=True, transformers=True)
     data = trace.to_json()
     assert set(data) == {"text", "token_ids", "config", "metrics", "steps", "theory", "machine", "source", "serving"}
     assert data["token_ids"] == trace.token_ids and data["source"] is None  # this process's engine, not a server
@@ -48,11 +48,16 @@ def test_a_trace_has_the_clis_json_a_dataframe_a_figure_and_an_inline_view():
     assert len(trace.to_dataframe()) == len(trace.steps) == data["metrics"]["target_forwards"]
     assert trace.baseline.token_ids == trace.token_ids  # greedy SD is lossless
     assert trace.speedup == pytest.approx(trace.metrics["tokens_per_s"] / trace.baseline.metrics["tokens_per_s"])
-    assert [s.name.split(" — ")[0] for s in trace.figure().data][-1] == "autoregressive"
+    assert [s.name.split(" — ")[0] for s in trace.figure().data][-2:] == ["autoregressive", "transformers' generate"]
     view = trace._repr_html_()
     assert sum(s.kind not in ("rejected", "unchecked") for s in trace.spans) == len(trace.token_ids)
     assert spans_html(trace.spans) in view
     assert "speedup vs AR" in view and legend_html() in view
+    generate = trace.transformers  # transformers' generate beside the baseline, on its stock kernels
+    assert generate["new_tokens"] == 12 and isinstance(generate["same_tokens_as_ar"], bool) and "stock" in generate["kernels"]
+    assert f"{trace.metrics['tokens_per_s'] / generate['tokens_per_s']:.2f}×" in view and "speedup vs transformers" in view
+    with pytest.raises(specviz.ConfigError, match="pass baseline=True too"):
+        specviz.speculate("Name three colours.", transformers=True)
 
 
 BASELINE_RUNS = {

@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import threading
 
 import pytest
 
@@ -208,6 +209,9 @@ def test_the_generate_peer_without_a_draft_is_plain_greedy_generate_on_stock_lin
         assert not is_packed(model)  # transformers' own kernels while the peer runs
         ids, wall = hf_generate(tiny_target.model, None, PROMPTS[0], 3, 20, [])
     assert ids == reference(tiny_target, PROMPTS[0], 20) and wall > 0
+    stop = threading.Event()
+    stop.set()  # the app's Stop: generate ends after the token it is on
+    assert ids[:1] == hf_generate(tiny_target.model, None, PROMPTS[0], 3, 20, [], stop=stop)[0]
     assert [m for m in model.modules() if isinstance(m, PackedLinear)] == packed  # the same packed layers, put back
     with pytest.raises(RuntimeError), stock_linears(model):
         raise RuntimeError("a failing peer")

@@ -9,6 +9,7 @@ import pytest
 
 import specviz
 from specviz.api.trace import MAX_TRACE_BYTES, TRACE_VERSION, check_trace
+from specviz.bench.harness import GENERATE_KERNELS
 from specviz.core.record import upgraded
 from specviz.runtime.config import DecodeConfig
 from specviz.viz.export import step_views, trace_page
@@ -43,6 +44,23 @@ def test_the_committed_version_1_trace_loads_and_every_view_renders():
     assert trace.theory is not None and len(trace.to_dataframe()) == len(trace.steps)
 
 
+def test_a_trace_keeps_transformers_generate_beside_its_baseline_and_an_old_one_loads_without_it(tmp_path):
+    old = specviz.load_trace(FIXTURE)
+    assert old.transformers is None and "transformers" not in old.to_dict()  # written back as it was read
+    assert "speedup vs transformers" not in trace_page(old.to_dict())
+    figure = {"tokens_per_s": old.metrics["tokens_per_s"] / 2.5, "wall_s": 2.0, "new_tokens": 40, "same_tokens_as_ar": None,
+              "kernels": GENERATE_KERNELS}
+    old.transformers = figure
+    reloaded = specviz.load_trace(old.save(tmp_path / "with-generate.json"))
+    assert reloaded.transformers == figure
+    for page in (trace_page(reloaded.to_dict()), reloaded._repr_html_()):  # the same headline as when it was saved
+        assert "2.50×" in page and "speedup vs transformers&#x27; generate" in page and "tokens not comparable" in page
+    assert [s.name for s in reloaded.figure().data][-1].startswith("transformers' generate")
+    failed = {"error": "cannot load model 'x'"}
+    old.transformers = failed
+    assert "not measured: cannot load model" in trace_page(specviz.load_trace(old.save(tmp_path / "failed.json")).to_dict())
+
+
 def test_the_page_is_self_contained():
     page = trace_page(specviz.load_trace(FIXTURE).to_dict())
     assert "<script src" not in page and "<link" not in page and "Plotly.newPlot" in page
@@ -73,6 +91,8 @@ def damaged(**changes) -> dict:
     (damaged(steps=None), "'steps' is missing"),
     (damaged(steps=[{"step": 1}]), "step 1 does not have a step's fields"),
     (damaged(spans=[["x"]]), "token span"),
+    (damaged(transformers=[1]), "'transformers' is not an object"),
+    (damaged(transformers={"tokens_per_s": 0, "wall_s": 1.0, "new_tokens": 0}), "'transformers' has no tokens/s"),
     (FIXTURE.read_bytes()[: len(FIXTURE.read_bytes()) // 2], "not valid JSON"),
     (b"\xff\xfe\x00garbage", "not valid JSON"),
 ])

@@ -331,7 +331,8 @@ def test_views_draw_each_steps_tree_and_open_the_microscope_on_any_node(tiny_tar
 
 @pytest.mark.parametrize("nodes", [8, 32, 64])
 def test_a_tree_is_drawn_depth_left_to_right_with_siblings_stacked_inside_its_drawing(tiny_target, nodes):
-    from specviz.viz.teach import BOX_H, BOX_W, LABEL_CHARS, layout, tree_svg
+    from specviz.viz.teach import BOX_H, BOX_W, LABEL_CHARS, tree_svg
+    from specviz.viz.trace import layout
 
     events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_target)), nodes, n=12, sampler=Sampler(1.0, seed=1))
     for e in (x.to_dict() for x in events if x.draft_ids):

@@ -13,6 +13,7 @@ from typing import Any
 
 from specviz.api.server import server_trace
 from specviz.api.trace import Trace, load_trace, trace_of
+from specviz.bench.harness import GENERATE_WARMUP_TOKENS, generate_figure, time_generate
 from specviz.core.errors import ConfigError
 from specviz.core.record import StepEvent
 from specviz.models.loaded import LoadedModel
@@ -109,27 +110,32 @@ def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any
 
 
 def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, baseline: bool = False,
-              server: str | None = None, model: str | None = None, server_timeout: float = DEFAULT_TIMEOUT_S,
-              speculative_config: dict | None = None, **settings: Any) -> Trace:
+              transformers: bool = False, server: str | None = None, model: str | None = None,
+              server_timeout: float = DEFAULT_TIMEOUT_S, speculative_config: dict | None = None, **settings: Any) -> Trace:
     """Decode ``prompt`` and return its :class:`Trace`.
 
     ``target``: a preset name, hub id, local directory or loaded transformers model (then pass its ``tokenizer``);
     None is the preset's target. ``draft``: a draft name of the preset, ``"ngram"``, a feature-head directory, a hub
     id, a local directory, a loaded model, or a list of them (the engine picks one per step). ``baseline``: also
     decode autoregressively on the same target with the same sampling settings, for the speedup (any method).
-    ``settings``: DecodeConfig's names (gamma, gamma_policy, accept, judge_threshold, chain, select, temperature,
-    top_p, seed, max_new_tokens, chat=True, method…).
+    ``transformers``: with ``baseline``, also time transformers' own ``generate`` on the baseline's settings, on its
+    stock kernels, into ``trace.transformers`` (the headline's speedup over it). ``settings``: DecodeConfig's names
+    (gamma, gamma_policy, accept, judge_threshold, chain, select, temperature, top_p, seed, max_new_tokens, chat=True,
+    method…).
 
     ``server``: run on the vLLM server at this URL instead (its only model, or ``model``; the server's speculation,
     this call's sampling settings, each answer awaited at most ``server_timeout`` seconds; ``speculative_config``:
     the server's, where known); its failures raise a one-line :class:`~specviz.core.errors.ServerError`."""
     if server is not None:
-        if target is not None or draft is not None or tokenizer is not None or baseline:
-            raise ConfigError("server= runs the server's speculation: target=, draft=, tokenizer= and baseline= are for local runs")
+        if target is not None or draft is not None or tokenizer is not None or baseline or transformers:
+            raise ConfigError("server= runs the server's speculation: target=, draft=, tokenizer=, baseline= and transformers= "
+                              "are for local runs")
         with _api_names():
             return server_trace(prompt, server, model, DecodeConfig.from_values(settings), server_timeout, speculative_config)
     if model is not None or speculative_config is not None:
         raise ConfigError("model= and speculative_config= describe a server: use them with server=")
+    if transformers and not baseline:
+        raise ConfigError("transformers=True times transformers' generate beside the AR baseline: pass baseline=True too")
     with _api_names():
         config, models = _inputs(target, draft, tokenizer, settings)
         run = prepare(config, prompt, bank(), **models)
@@ -138,4 +144,8 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
         with _api_names():
             ar = prepare(baseline_config(config), prompt, bank(), target=models["target"], tokenizer=models["tokenizer"])
         trace.baseline = trace_of(prompt, ar.plan, list(ar.events()), ar.machine)
+        if transformers:
+            timing = time_generate(ar.config, prompt, bank(), GENERATE_WARMUP_TOKENS, target=models["target"],
+                                   tokenizer=models["tokenizer"])
+            trace.transformers = generate_figure(timing, trace.baseline.token_ids, ar.config.temperature > 0)
     return trace

@@ -46,6 +46,9 @@ class Trace:
     models: dict = field(default_factory=dict)
     machine: str = ""
     baseline: Trace | None = field(repr=False, default=None)
+    transformers: dict | None = None
+    """transformers' ``generate`` timed on the AR baseline's settings and prompt, when it was (see
+    :func:`specviz.bench.harness.generate_figure`); traces written before it have none."""
     source: dict | None = None
     serving: dict | None = None
 
@@ -79,10 +82,11 @@ class Trace:
 
     def to_dict(self) -> dict:
         """The trace file's content: the ``--json`` object plus the prompt, the models, the machine, the token texts,
-        the spans and the baseline, under a format name and version."""
+        the spans, the baseline and transformers' generate beside it, under a format name and version."""
         return {"format": TRACE_FORMAT, "version": TRACE_VERSION, "prompt": self.prompt, "models": self.models,
                 **self.to_json(), "pieces": {str(k): v for k, v in self.pieces.items()},
-                "spans": [astuple(s) for s in self.spans], "baseline": self.baseline.to_dict() if self.baseline else None}
+                "spans": [astuple(s) for s in self.spans], "baseline": self.baseline.to_dict() if self.baseline else None,
+                **({"transformers": self.transformers} if self.transformers is not None else {})}
 
     def save(self, path: str | Path) -> Path:
         """Write the trace as one JSON file (``load_trace`` reads it back)."""
@@ -126,8 +130,8 @@ class Trace:
         metrics = {**summarize(steps), **data["metrics"]}  # an older trace's metrics lack the keys of later versions
         return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"], steps, metrics, data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
-                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("source"),
-                   data.get("serving"))
+                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("transformers"),
+                   data.get("source"), data.get("serving"))
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -175,7 +179,21 @@ def check_trace(data: Any) -> dict:
             raise ConfigError(f"truncated or damaged trace: '{key}' is not an object")
     if data.get("baseline") is not None:
         check_trace(data["baseline"])
+    check_generate(data.get("transformers"))
     return data
+
+
+def check_generate(figure: Any) -> None:
+    """A trace's transformers figure, if it has one, is a failure's ``error`` or a measurement's numbers."""
+    if figure is None:
+        return
+    if not isinstance(figure, dict):
+        raise ConfigError("truncated or damaged trace: 'transformers' is not an object")
+    if isinstance(figure.get("error"), str):
+        return
+    numbers = [figure.get(key) for key in ("tokens_per_s", "wall_s", "new_tokens")]
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in numbers) or not numbers[0]:
+        raise ConfigError("truncated or damaged trace: 'transformers' has no tokens/s, wall time and new tokens")
 
 
 def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent], machine: str | None = None) -> Trace:

@@ -4,7 +4,10 @@ prompt) after a warm-up, and speed is reported as the median of per-prompt ratio
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -15,10 +18,12 @@ from specviz.analysis.theory import run_theory
 from specviz.bench.configs import CONFIG_SETS, BenchConfig
 from specviz.bench.report import theory_columns, write_results
 from specviz.core.metrics import summarize
+from specviz.core.sampling import Sampler
 from specviz.core.timing import Stopwatch
 from specviz.models.backends.cpu import is_packed, stock_linears
 from specviz.models.loading import describe_hardware
 from specviz.runtime.bank import ModelBank
+from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 
 
@@ -35,30 +40,68 @@ def run_engine(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
 
 @torch.inference_mode()
 def hf_generate(target: torch.nn.Module, draft: torch.nn.Module | None, prompt_ids: list[int], gamma: int,
-                max_new_tokens: int, stop_ids: list[int]) -> tuple[list[int], float]:
-    """transformers' own greedy ``generate``, assisted by ``draft`` at a constant γ (set on the assistant's
-    generation_config) unless it is None: the new ids and the wall seconds, measured after the GPU (if any) has finished."""
-    assisted = {}
+                max_new_tokens: int, stop_ids: list[int], sampler: Sampler | None = None,
+                stop: threading.Event | None = None) -> tuple[list[int], float]:
+    """transformers' own ``generate``, assisted by ``draft`` at a constant γ (set on the assistant's generation_config)
+    unless it is None: the new ids and the wall seconds, measured after the GPU (if any) has finished. Greedy unless
+    ``sampler`` samples (its temperature, top-p and seed; no top-k, as specviz samples). Once ``stop`` is set, it ends
+    after the current token (the app's Stop)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Stopped(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    assisted: dict = {"stopping_criteria": StoppingCriteriaList([Stopped()])} if stop is not None else {}
     if draft is not None:
         gc = draft.generation_config
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = gamma, "constant", 0.0
-        assisted = {"assistant_model": draft}
+        assisted["assistant_model"] = draft
+    sampling: dict = {"do_sample": False}
+    if sampler is not None and not sampler.greedy:
+        torch.manual_seed(sampler.seed)
+        sampling = {"do_sample": True, "temperature": sampler.temperature, "top_p": sampler.top_p, "top_k": 0}
     ids = torch.tensor([prompt_ids], device=target.device)
     watch = Stopwatch(target.device)
     start = watch.mark()
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
-                          eos_token_id=stop_ids or None, pad_token_id=(stop_ids or [0])[0], **assisted)
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                          eos_token_id=stop_ids or None, pad_token_id=(stop_ids or [0])[0], **sampling, **assisted)
     return out[0, ids.shape[1]:].tolist(), watch.seconds(start, watch.mark())
 
 
-def run_transformers(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
-    """A peer row: :func:`hf_generate` on the target (and the draft and γ) of ``cfg``, with transformers' own linear
-    kernels, as a user of transformers runs it."""
-    run = prepare(cfg.decode, prompt, bank)
+GENERATE_KERNELS = "transformers' stock nn.Linear kernels"
+"""The kernels :func:`time_generate` runs on, in words."""
+GENERATE_WARMUP_TOKENS = 2
+"""The tokens of the untimed ``generate`` the app and the API run before a timed one."""
+
+
+def time_generate(config: DecodeConfig, prompt: str, bank: ModelBank, warmup_tokens: int = 0, stop: threading.Event | None = None,
+                  **models: Any) -> dict:
+    """transformers' ``generate`` on the target (and the draft and γ) of ``config``, with its sampling settings and
+    transformers' own linear kernels (:func:`~specviz.models.backends.cpu.stock_linears`), as a user of transformers
+    runs it: new tokens, wall seconds, tokens/s and the token ids. ``warmup_tokens``: an untimed ``generate`` of that
+    many tokens first (the first call in a process pays set-up costs); ``stop``: see :func:`hf_generate`; ``models``:
+    ``prepare``'s model arguments."""
+    if warmup_tokens:
+        time_generate(replace(config, max_new_tokens=warmup_tokens).validate(), prompt, bank, stop=stop, **models)
+    run = prepare(config, prompt, bank, **models)
     draft = run.drafters[0].model.lm.model if run.drafters else None
     with stock_linears(run.target.lm.model, *([draft] if draft is not None else [])):
-        new, wall = hf_generate(run.target.lm.model, draft, run.prompt_ids, cfg.decode.gamma, cfg.decode.max_new_tokens, run.stop_ids)
+        new, wall = hf_generate(run.target.lm.model, draft, run.prompt_ids, config.gamma, config.max_new_tokens, run.stop_ids,
+                                run.sampler, stop)
     return {"new_tokens": len(new), "wall_s": wall, "tokens_per_s": len(new) / wall, "token_ids": new}
+
+
+def generate_figure(timing: dict, ar_token_ids: list[int], sampled: bool) -> dict:
+    """What the app and a trace keep of a :func:`time_generate` beside its AR baseline: the numbers, whether the
+    tokens equal AR's (None when ``sampled``: two draws are not comparable token for token) and the kernels."""
+    return {"tokens_per_s": timing["tokens_per_s"], "wall_s": timing["wall_s"], "new_tokens": timing["new_tokens"],
+            "same_tokens_as_ar": None if sampled else timing["token_ids"] == ar_token_ids, "kernels": GENERATE_KERNELS}
+
+
+def run_transformers(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:
+    """A peer row: :func:`time_generate` of ``cfg``'s decode settings."""
+    return time_generate(cfg.decode, prompt, bank)
 
 
 def run_one(cfg: BenchConfig, prompt: str, bank: ModelBank) -> dict:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from specviz.core.env import env
 from specviz.methods.feature_head import is_feature_head
+from specviz.models.loading import describe_run_machine
 from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
-from specviz.runtime.prepare import drafter_kind, run_drafts
+from specviz.runtime.prepare import drafter_kind, run_drafts, run_preset
 from specviz.ui.stream import on_model_thread
 
 LOADING_MESSAGE = "Loading models… (the first start converts the GGUF target, ~30 s; later starts take a few seconds)"
@@ -55,6 +56,10 @@ class Models:
             elif kind.reads_features:
                 kind.preload(source, self.bank, target)
         self.mark_loaded(config)
+
+    def machine(self, config: DecodeConfig) -> str:
+        """What a run of ``config`` runs on: the hardware and, on a CPU, its target's linear kernel per row count."""
+        return describe_run_machine(self.bank.target(run_preset(config), config.dtype).model)
 
     def mark_loaded(self, config: DecodeConfig) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ from specviz.core.errors import ConfigError
 from specviz.runtime.prepare import BASELINE_SETTINGS, baseline_config, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, default_preset, shared_models
 from specviz.ui.comparison import (
+    GENERATE_LABEL,
     METRIC_COLUMNS,
     ROW_SETTINGS,
     SETTINGS,
@@ -32,12 +33,12 @@ from specviz.ui.comparison import (
 )
 from specviz.ui.controls import UI_MAX_NEW_TOKENS, SettingsForm, form_handler
 from specviz.ui.decode import decode_steps
-from specviz.ui.handlers import decode_concurrency, default_prompt, example_prompts, guarded
+from specviz.ui.handlers import decode_concurrency, default_prompt, example_prompts, guarded, time_generate_or_error
 from specviz.ui.runs import AR_LABEL, CHARTS_EVERY_S, REDRAW_EVERY_S, Every, Live, put_baseline, run_record
 from specviz.ui.state import ensure_session
 from specviz.ui.teach import build_step_panel, view_update, wire_step_panel
 from specviz.viz import charts
-from specviz.viz.render import status_html
+from specviz.viz.render import GENERATE, status_html
 
 WARMUP_TOKENS = 4
 
@@ -48,8 +49,32 @@ def frame(status=None, columns=None, race=None, metrics=None, replay=None, csv_f
     return tuple(gr.skip() if v is None else v for v in values)
 
 
+def _time_generate(models: Models, comp: Comparison, rnd: int) -> Iterator[tuple]:
+    """One round of transformers' generate (no steps to stream: its column shows its text once it has finished); after a
+    failure, which its column and the final status show, its later rounds are skipped."""
+    if comp.generate_error:
+        return
+    yield frame(status=_progress(comp, GENERATE_LABEL, rnd, 0))
+    config = comp.configs[GENERATE_LABEL]
+    timing = yield from time_generate_or_error(config, comp.prompt, frame())
+    if "error" in timing:
+        comp.generate_error = timing["error"]
+        yield frame(columns=comp.columns())
+        return
+    text = plan(config, comp.prompt, models.bank).tokenizer.decode(timing["token_ids"], skip_special_tokens=True)
+    comp.rounds[GENERATE_LABEL].append({"label": GENERATE_LABEL, "config": config.to_dict(), "events": [], "text": text,
+                                        "metrics": {k: timing[k] for k in ("new_tokens", "wall_s", "tokens_per_s")},
+                                        "token_ids": timing["token_ids"], "round": rnd + 1, "order": len(comp.order) + 1})
+    comp.order.append(f"{GENERATE_LABEL}#{rnd + 1}")
+    if rnd == 0:
+        yield frame(columns=comp.columns(), race=comp.race())
+
+
 def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: dict) -> Iterator[tuple]:
     """Stream one configuration; its first round updates its column live."""
+    if label == GENERATE_LABEL:
+        yield from _time_generate(models, comp, rnd)
+        return
     config = comp.configs[label]
     run = plan(config, comp.prompt, models.bank)
     live = Live(run, label)
@@ -83,20 +108,26 @@ def _warm_up(models: Models, comp: Comparison) -> None:
     """A few tokens through every configuration first, so no run pays a first-call cost."""
     for label in comp.labels:
         models.load_weights(comp.configs[label])
+        if label == GENERATE_LABEL:  # its timing warms itself up
+            continue
         for _ in decode_steps(replace(comp.configs[label], max_new_tokens=WARMUP_TOKENS).validate(), comp.prompt):
             pass
 
 
-def compare_frames(models: Models, prompt: str, table, shared: dict, repeats: int, session: dict) -> Iterator[tuple]:
+def compare_frames(models: Models, prompt: str, table, shared: dict, repeats: int, session: dict,
+                   transformers: bool = False) -> Iterator[tuple]:
+    """Warm up, then ``repeats`` rounds of AR, (with ``transformers``, transformers' generate) and every configuration of
+    ``table``, order rotated per round; then the metrics and exports."""
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty: type a prompt or pick an example")
     if not 1 <= repeats <= 5:
         raise ConfigError(f"rounds must be between 1 and 5, got {repeats}")
     configs = parse_table(table, shared)
     live = session["live"] = {"running": True, "kind": "compare", "done": 0}
-    labels = [AR_LABEL] + [label for label, _ in configs]
-    comp = Comparison(prompt, labels, {AR_LABEL: baseline_config(configs[0][1]), **dict(configs)}, repeats)
-    choices = [(label, view_key(label)) for label in labels]
+    peers = [AR_LABEL, GENERATE_LABEL] if transformers else [AR_LABEL]
+    labels = peers + [label for label, _ in configs]
+    comp = Comparison(prompt, labels, {**dict.fromkeys(peers, baseline_config(configs[0][1])), **dict(configs)}, repeats)
+    choices = [(label, view_key(label)) for label in labels if label != GENERATE_LABEL]  # it has no steps to step through
     yield frame(status=status_html("Warming up every configuration (a few tokens each)…" if all(models.is_loaded(c) for _, c in configs)
                                    else LOADING_MESSAGE, "busy"), columns=comp.columns(), race=charts.empty_figure("waiting…"),
                 metrics=pd.DataFrame(columns=METRIC_COLUMNS), replay=gr.update(value=0, maximum=1),
@@ -114,21 +145,24 @@ def compare_frames(models: Models, prompt: str, table, shared: dict, repeats: in
     traces = save_column_traces(comp, session)
     order = " → ".join(comp.order)
     end = comp.max_time()
+    failed = f" {GENERATE} failed, so it has no row: {comp.generate_error}." if comp.generate_error else ""
     yield frame(status=status_html(f"Done: {len(comp.order)} runs after a {WARMUP_TOKENS}-token warm-up each. Run order: {order}. "
-                                   "Drag the time slider to replay every column in sync.", "ok"),
+                                   f"Drag the time slider to replay every column in sync.{failed} Ran on {models.machine(configs[0][1])}.",
+                                   "warn" if failed else "ok"),
                 columns=comp.columns(), race=comp.race(), metrics=metrics_table(comp),
                 replay=gr.update(value=round(end, 2), maximum=max(0.01, round(end + 0.005, 2)), interactive=True),
                 csv_file=str(csv_path), json_file=str(json_path), session=session, traces=traces)
 
 
-def compare_run(prompt: str, configs: pd.DataFrame, rounds: float, session: dict | None, **shared) -> Iterator[tuple]:
-    """Run every configuration and AR on the same prompt and ``shared`` settings (those the AR baseline reads); stream
-    columns, chart, metrics, exports."""
+def compare_run(prompt: str, configs: pd.DataFrame, rounds: float, transformers: bool, session: dict | None,
+                **shared) -> Iterator[tuple]:
+    """Run every configuration and AR (and with ``transformers``, transformers' generate) on the same prompt and
+    ``shared`` settings (those the AR baseline reads); stream columns, chart, metrics, exports."""
     session = ensure_session(session)
 
     def frames() -> Iterator[tuple]:
         n = int(rounds) if rounds is not None and float(rounds) == int(rounds) else -1
-        yield from compare_frames(shared_models(), prompt, configs, shared, n, session)
+        yield from compare_frames(shared_models(), prompt, configs, shared, n, session, bool(transformers))
 
     def on_error(message: str) -> tuple:
         session["live"]["running"] = False
@@ -160,7 +194,7 @@ def table_help() -> str:
                if SETTINGS[n].choices is not None]
     return ("**Configurations** (2–4 rows; edit cells, add or delete rows; an empty cell is the setting's default). A list (chain, "
             "selection) is comma-separated, a chain fastest first (the target verifies last). " + "; ".join(choices) +
-            ". The AR baseline always runs too.")
+            f". The AR baseline always runs too, and {GENERATE} unless unticked.")
 
 
 def build_compare_tab(session: gr.State) -> None:
@@ -177,6 +211,8 @@ def build_compare_tab(session: gr.State) -> None:
             with gr.Accordion("Shared by every row: temperature, top-p, seed, chat template and the target", open=False):
                 form.add(BASELINE_SETTINGS)
             rounds = gr.Slider(1, 5, value=1, step=1, label="Rounds (order rotated each round; metrics are medians)")
+            transformers = gr.Checkbox(True, label=f"{GENERATE} as a column too, timed in the same rounds as AR on its stock kernels "
+                                       "(on by default; one more run per round)", elem_id="compare-transformers")
             hint = gr.HTML("", elem_id="compare-hint")
     gr.Markdown(table_help())
     with gr.Row():
@@ -207,8 +243,8 @@ def build_compare_tab(session: gr.State) -> None:
                   [column, session], panel.outputs(), api_visibility="private", queue=False)
     loader.change(load_comparison, [loader, form.controls["preset"], every], table, api_visibility="private", queue=False)
     every.change(show_columns, [table, every, form.controls["preset"]], table, api_visibility="private", queue=False)
-    event = run_btn.click(form_handler(compare_run, ["prompt", "configs", "rounds", "session"], form, []),
-                          [prompt, table, rounds, session, *form.inputs()],
+    event = run_btn.click(form_handler(compare_run, ["prompt", "configs", "rounds", "transformers", "session"], form, []),
+                          [prompt, table, rounds, transformers, session, *form.inputs()],
                           [status, columns, race, metrics, replay, csv_file, json_file, session, column, traces],
                           api_name="compare_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
                           show_progress="hidden")

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from specviz.api.trace import Trace
+from specviz.bench.harness import GENERATE_KERNELS, generate_figure
 from specviz.core.errors import ConfigError
 from specviz.core.policy import MAX_GAMMA
 from specviz.core.record import SPANS
@@ -27,8 +28,8 @@ from specviz.ui.exports import export_folder
 from specviz.ui.runs import AR_LABEL, Live
 from specviz.ui.state import form_config
 from specviz.viz import charts
-from specviz.viz.export import run_label
-from specviz.viz.render import column_html, columns_html
+from specviz.viz.export import generate_series, run_label
+from specviz.viz.render import GENERATE, TokenSpan, column_html, columns_html, spans_html
 
 SETTINGS = DecodeConfig.settings()
 ROW_SETTINGS = [name for name in SETTINGS if name not in BASELINE_SETTINGS]
@@ -37,8 +38,10 @@ CONFIG_COLUMNS = ["label", *(SETTINGS[name].label or name for name in ROW_SETTIN
 COLUMN_SETTINGS = {**{SETTINGS[name].label or name: name for name in ROW_SETTINGS}, **{name: name for name in ROW_SETTINGS}}
 """A column's setting, by its header: the setting's label or its name."""
 MAX_CONFIGS = 4
-METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speedup vs AR", "mean accepted len", "accept rate",
-                  "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
+METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speedup vs AR", "speedup vs transformers generate",
+                  "mean accepted len", "accept rate", "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
+GENERATE_LABEL = f"{GENERATE} (stock kernels)"
+"""The column of transformers' generate on the AR baseline's settings, timed in the same rounds."""
 
 
 POLICY_DUEL = ("online", "fsm", "hf-heuristic")
@@ -154,7 +157,7 @@ def parse_table(table: Any, shared: dict) -> list[tuple[str, DecodeConfig]]:
     if len(configs) > MAX_CONFIGS:
         raise ConfigError(f"compare at most {MAX_CONFIGS} configurations at once, got {len(configs)}")
     labels = [label for label, _ in configs]
-    if len(set(labels)) != len(labels) or AR_LABEL in labels:
+    if len(set(labels)) != len(labels) or AR_LABEL in labels or GENERATE_LABEL in labels:
         raise ConfigError("give every configuration its own label")
     return configs
 
@@ -170,12 +173,32 @@ class Comparison:
         self.order: list[str] = []
         self.views: dict[str, dict] = {}
         """Per label (first round): the step panel's view, growing with the run, then its trace with the AR baseline."""
+        self.generate_error: str | None = None
+        """Why transformers' generate failed, if it did (its later rounds are skipped)."""
 
     def chunks(self) -> dict[str, list[list]]:
-        return {label: live.chunks for label, live in self.lives.items()}
+        shown = {label: live.chunks for label, live in self.lives.items()}
+        first = (self.rounds.get(GENERATE_LABEL) or [None])[0]
+        if first:  # known only once it has finished: its whole text at its end
+            shown[GENERATE_LABEL] = [[first["metrics"]["wall_s"], first["metrics"]["new_tokens"],
+                                      spans_html([TokenSpan(first["text"], "target", 1)])]]
+        elif self.generate_error:
+            shown[GENERATE_LABEL] = []
+        return shown
 
     def descriptions(self) -> dict[str, str]:
-        return {label: run_label(self.configs[label].to_dict()) for label in self.labels}
+        shown = {label: run_label(self.configs[label].to_dict()) for label in self.labels}
+        if GENERATE_LABEL in shown:
+            shown[GENERATE_LABEL] = f"failed: {self.generate_error}" if self.generate_error else f"AR on {GENERATE_KERNELS}"
+        return shown
+
+    def generate_figure(self) -> dict | None:
+        """transformers' generate's first round beside AR's, as a trace keeps it (None if it was not timed)."""
+        first, ar = (self.rounds.get(GENERATE_LABEL) or [None])[0], (self.rounds.get(AR_LABEL) or [None])[0]
+        if not first or not ar:
+            return None
+        return generate_figure({**first["metrics"], "token_ids": first["token_ids"]}, ar["token_ids"],
+                               self.configs[AR_LABEL].temperature > 0)
 
     def columns(self, at_s: float | None = None) -> str:
         return columns_at(self.labels, self.chunks(), self.descriptions(), at_s)
@@ -183,7 +206,8 @@ class Comparison:
     def race(self):
         series = [charts.Series(label, [0.0] + [c[0] for c in live.chunks], [0] + [c[1] for c in live.chunks], baseline=label == AR_LABEL)
                   for label, live in self.lives.items() if live.chunks]
-        return charts.race_figure(series, "All configurations: tokens vs wall-clock time (first round)")
+        return charts.race_figure(series + generate_series(self.generate_figure()),
+                                  "All configurations: tokens vs wall-clock time (first round)")
 
     def max_time(self) -> float:
         return max((live.chunks[-1][0] for live in self.lives.values() if live.chunks), default=0.0)
@@ -203,24 +227,33 @@ def columns_at(labels: list[str], chunks: dict[str, list[list]], descriptions: d
     return columns_html(cols)
 
 
+def _ratios(recs: list[dict], peers: list[dict]) -> float | None:
+    """The median of per-round tokens/s ratios of ``recs`` to ``peers`` (same round)."""
+    ratios = [r["metrics"]["tokens_per_s"] / a["metrics"]["tokens_per_s"] for r, a in zip(recs, peers) if a["metrics"]["tokens_per_s"] > 0]
+    return round(statistics.median(ratios), 3) if ratios else None
+
+
 def metrics_table(comp: Comparison) -> pd.DataFrame:
-    """Medians over rounds; speedup is the median of per-round ratios to AR (same round)."""
+    """Medians over rounds; speedups are medians of per-round ratios to AR and to transformers' generate (same round);
+    transformers' generate has no steps, so no step metrics."""
     rows = []
-    ar_rounds = comp.rounds.get(AR_LABEL, [])
+    ar_rounds, hf_rounds = comp.rounds.get(AR_LABEL, []), comp.rounds.get(GENERATE_LABEL, [])
     for label in comp.labels:
         recs = comp.rounds[label]
         if not recs:
             continue
-        med = lambda key, recs=recs: statistics.median(r["metrics"][key] for r in recs)
-        ratios = [r["metrics"]["tokens_per_s"] / a["metrics"]["tokens_per_s"] for r, a in zip(recs, ar_rounds)
-                  if a["metrics"]["tokens_per_s"] > 0]
-        drafted = any(r["metrics"]["drafted"] for r in recs)
+
+        def med(key: str, digits: int, recs: list[dict] = recs) -> float | None:
+            values = [r["metrics"][key] for r in recs if key in r["metrics"]]
+            return round(statistics.median(values), digits) if values else None
+
+        drafted = any(r["metrics"].get("drafted") for r in recs)
         positions = [str(comp.order.index(f"{label}#{k + 1}") + 1) for k in range(len(recs)) if f"{label}#{k + 1}" in comp.order]
         same = all(r["token_ids"] == a["token_ids"] for r, a in zip(recs, ar_rounds)) if ar_rounds else None
-        rows.append([label, ",".join(positions), int(med("new_tokens")), round(med("wall_s"), 3), round(med("tokens_per_s"), 2),
-                     round(statistics.median(ratios), 3) if ratios else None, round(med("mean_accept_len"), 3),
-                     round(med("accept_rate"), 3) if drafted else None, round(med("draft_ms"), 1), round(med("verify_ms"), 1),
-                     round(med("overhead_ms"), 1), "–" if same is None else ("yes" if same else "no")])
+        rows.append([label, ",".join(positions), int(med("new_tokens", 0)), med("wall_s", 3), med("tokens_per_s", 2),
+                     _ratios(recs, ar_rounds), _ratios(recs, hf_rounds), med("mean_accept_len", 3),
+                     med("accept_rate", 3) if drafted else None, med("draft_ms", 1), med("verify_ms", 1),
+                     med("overhead_ms", 1), "–" if same is None else ("yes" if same else "no")])
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 
 
@@ -237,6 +270,8 @@ def save_column_traces(comp: Comparison, session: dict) -> list[str]:
         if view is None or "spans" not in view:
             continue
         view["baseline"] = {k: v for k, v in ar.items() if k not in ("follow", "selector")} if ar and label != AR_LABEL else None
+        if comp.generate_figure():
+            view["transformers"] = comp.generate_figure()
         session["views"][view_key(label)] = view
         path = folder / f"specviz-compare-{i + 1}-{re.sub(r'[^a-z0-9]+', '-', label.lower()).strip('-')[:40]}.json"
         Trace.from_dict({k: v for k, v in view.items() if k not in ("follow", "selector")}).save(path)

@@ -7,15 +7,18 @@ own process, so stopping a run closes this generator from the app's side, which 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
 
+from specviz.bench.harness import GENERATE_WARMUP_TOKENS, time_generate
 from specviz.core.record import StepEvent
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 from specviz.ui.bank import shared_models
 from specviz.ui.gpu import decode_seconds, gpu, observe_speed
-from specviz.ui.stream import stream_batches
+from specviz.ui.stream import model_thread, stream_batches
 
 BATCH_EVERY_S = 0.5
 """How often the decode hands over the steps it has (the first at once)."""
@@ -46,3 +49,22 @@ def _decode(config: DecodeConfig, prompt: str, runs: int) -> Iterator:
         for _ in prepare(config, prompt, bank).events():
             pass
     yield from prepare(config, prompt, bank).events()
+
+
+@gpu(duration=steps_seconds)
+def generate_timing(config: DecodeConfig, prompt: str) -> Iterator[dict | None]:
+    """transformers' ``generate`` on ``config`` (an AR baseline's settings) after a short untimed one, timed on the
+    model thread (:func:`specviz.bench.harness.time_generate`): None every ``BATCH_EVERY_S`` while it runs, so the app
+    can close it (Stop), which ends the ``generate`` after its current token; then the tokens, wall seconds, tokens/s
+    and ids."""
+    stop = threading.Event()
+    timing = model_thread().submit(time_generate, config, prompt, shared_models().bank, GENERATE_WARMUP_TOKENS, stop)
+    try:
+        while True:
+            try:
+                yield timing.result(timeout=BATCH_EVERY_S)
+                return
+            except FutureTimeout:
+                yield None
+    finally:
+        stop.set()

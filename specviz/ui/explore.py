@@ -18,13 +18,14 @@ import pandas as pd
 
 from specviz.analysis.result import result_of
 from specviz.api.trace import Trace, read_trace, trace_of
+from specviz.bench.harness import GENERATE_KERNELS, generate_figure
 from specviz.core.errors import ConfigError
 from specviz.models.paths import ASSETS
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import BASELINE_SETTINGS, baseline_config, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, shared_models
 from specviz.ui.controls import UI_MAX_NEW_TOKENS, SettingsForm, form_handler
-from specviz.ui.handlers import decode_concurrency, default_prompt, example_prompts, guarded
+from specviz.ui.handlers import decode_concurrency, default_prompt, example_prompts, guarded, time_generate_or_error
 from specviz.ui.runs import (
     AR_LABEL,
     CHARTS_EVERY_S,
@@ -44,7 +45,7 @@ from specviz.ui.teach import build_step_panel, live_panel, view_update, wire_ste
 from specviz.viz import charts
 from specviz.viz.export import SPEEDS, race_series, trace_headline
 from specviz.viz.export import run_label as trace_label
-from specviz.viz.render import REASON_LEGEND, TokenSpan, headline_html, legend_html, spans_html, status_html
+from specviz.viz.render import GENERATE, REASON_LEGEND, TokenSpan, headline_html, legend_html, spans_html, status_html
 from specviz.viz.trace import STEP_COLUMNS, step_row
 
 VIEW, TOKENS_ID = "explore", "explore-tokens"
@@ -60,6 +61,8 @@ TOKENS = 64
 PAGE_SETTLE_S = 0.2
 """How long a run waits after clearing the page before a timed decode starts, so the browser's redraw of the cleared
 views does not share the cores with the decode's first steps."""
+TRANSFORMERS_LABEL = (f"Also time {GENERATE} with the AR baseline: the speedup over the library itself, on its stock kernels "
+                      "(on by default; one more decode of the same length per new prompt and settings, then reused)")
 PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one marked span per token: hover a token for its step, '
                'p (target), q (draft) and judge score.</span>')
 
@@ -92,6 +95,26 @@ def _measure_ar(models: Models, config: DecodeConfig, prompt: str, session: dict
     return record
 
 
+def _measure_generate(config: DecodeConfig, prompt: str, session: dict, ar: dict) -> Iterator[tuple]:
+    """Time transformers' generate beside the AR baseline ``ar`` (a run record): kept with it in the session cache (a
+    failure too, as its message, until a later run tries again); returns the record."""
+    yield frame(status=status_html(f"Timing {GENERATE} on the same target, prompt and settings ({GENERATE_KERNELS})…", "busy"))
+    timing = yield from time_generate_or_error(config, prompt, frame())
+    figure = timing if "error" in timing else generate_figure(timing, ar["token_ids"], config.temperature > 0)
+    ar = {**ar, "transformers": figure}
+    put_baseline(session, config, prompt, {k: v for k, v in ar.items() if k != "reused"})
+    return ar
+
+
+def _generate_shown(ar: dict | None, timed: bool) -> dict | None:
+    """The transformers card's content while a run streams (if it will be ``timed``): the measurement cached with ``ar``,
+    or when it comes."""
+    if not timed:
+        return None
+    cached = (ar or {}).get("transformers") or {}
+    return cached if cached.get("tokens_per_s") else {"note": f"{GENERATE} is timed after the run"}
+
+
 def _baseline_note(ar: dict | None, mode: str, method: str) -> str:
     if method == "ar":
         return "this run is the AR baseline"
@@ -102,8 +125,10 @@ def _baseline_note(ar: dict | None, mode: str, method: str) -> str:
     return f"AR measured {ar['measured']}, same prompt and settings"
 
 
-def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: str, session: dict) -> Iterator[tuple]:
-    """The Explore handler's body: load, (AR before), stream the run, (AR after), final numbers."""
+def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: str, session: dict,
+                   transformers: bool = False) -> Iterator[tuple]:
+    """The Explore handler's body: load, (AR before), stream the run, (AR after), (transformers' generate, with
+    ``transformers``, once per AR baseline), final numbers."""
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty: type a prompt or pick an example")
     session["runs"] += 1
@@ -123,19 +148,30 @@ def explore_frames(models: Models, prompt: str, config: DecodeConfig, baseline: 
     session["views"][VIEW] = live.view
     yield from _before_decode(frame(status=status_html(f"Decoding: {live.label}: prefilling {len(run.prompt_ids)} prompt tokens…", "busy"),
                                     panel=view_update(None, None, TOKENS_ID), **cleared))
-    yield from _stream_main(live, prompt, config, ar, _baseline_note(ar, baseline, config.method), live_info)
+    timed = transformers and (config.method == "ar" or ar is not None or baseline != BASELINE_SKIP)
+    yield from _stream_main(live, prompt, config, ar, _baseline_note(ar, baseline, config.method), live_info,
+                            _generate_shown(ar, timed))
     result = result_of(run, live.events)
     record = run_record(live.label, config, live.builder.events, result, prompt=prompt, run=session["runs"])
+    peer = ar  # the AR baseline transformers' generate is timed beside: this run itself when it is AR
     if config.method == "ar":
-        put_baseline(session, config, prompt, {**record, "label": AR_LABEL, "measured": f"as Explore run #{session['runs']}"})
+        peer = {**record, "label": AR_LABEL, "measured": f"as Explore run #{session['runs']}"}
+        put_baseline(session, config, prompt, peer)
     elif ar is None and baseline == BASELINE_AFTER:
-        ar = yield from _measure_ar(models, config, prompt, session, "after the run", [live.series()])
+        ar = peer = yield from _measure_ar(models, config, prompt, session, "after the run", [live.series()])
+    if transformers and peer is not None and not (peer.get("transformers") or {}).get("tokens_per_s"):
+        peer = yield from _measure_generate(config, prompt, session, peer)
+        ar = peer if config.method == "sd" else None
     session["last"] = {**record, "ar": ar and {"metrics": ar["metrics"], "token_ids": ar["token_ids"]}}
-    trace = trace_of(prompt, run, live.events).to_dict()
+    machine = models.machine(config)
+    trace = trace_of(prompt, run, live.events, machine).to_dict()
     trace["baseline"] = ar.get("trace") if ar and config.method == "sd" else None
+    figure = peer.get("transformers") if transformers and peer else None
+    if figure:
+        trace["transformers"] = figure
     session["views"][VIEW] = {**trace, "follow": True}
     live_info["running"] = False
-    yield _final_frame(live, config, ar, baseline, session, result, trace)
+    yield _final_frame(live, config, ar, baseline, session, result, trace, figure)
 
 
 def _before_decode(cleared: tuple) -> Iterator[tuple]:
@@ -144,7 +180,8 @@ def _before_decode(cleared: tuple) -> Iterator[tuple]:
     time.sleep(PAGE_SETTLE_S)
 
 
-def _stream_main(live: Live, prompt: str, config: DecodeConfig, ar: dict | None, note: str, live_info: dict) -> Iterator[tuple]:
+def _stream_main(live: Live, prompt: str, config: DecodeConfig, ar: dict | None, note: str, live_info: dict,
+                 generate: dict | None = None) -> Iterator[tuple]:
     """The run's frames while it streams: at most one per REDRAW_EVERY_S; the race chart and the step panel once every
     CHARTS_EVERY_S (none in a run shorter than that); the per-step charts and the step table, the costliest to draw,
     wait for the final frame, which shows everything."""
@@ -158,11 +195,20 @@ def _stream_main(live: Live, prompt: str, config: DecodeConfig, ar: dict | None,
             race, panel = run_race(live, ar, note), live_panel(live.view, TOKENS_ID)
         done = f"{live.new_tokens}/{config.max_new_tokens}"
         status = status_html(f"Decoding: {live.label}: step {len(live.events)}, {done} tokens…", "busy")
-        yield frame(status=status, headline=headline(live.metrics(), config, ar, note + " (so far)"), tokens=live.tokens_html,
+        yield frame(status=status, headline=headline(live.metrics(), config, ar, note + " (so far)", generate), tokens=live.tokens_html,
                     race=race, panel=panel)
 
 
-def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: str, session: dict, result: dict, trace: dict) -> tuple:
+def _generate_sentence(figure: dict | None) -> str:
+    if not figure:
+        return ""
+    if figure.get("error"):
+        return f" {GENERATE} failed, so there is no speedup over it: {figure['error']}."
+    return f" {GENERATE}: {figure['tokens_per_s']:.1f} tok/s, timed on {figure['kernels']}."
+
+
+def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: str, session: dict, result: dict, trace: dict,
+                 generate: dict | None = None) -> tuple:
     note = _baseline_note(ar, baseline, config.method)
     metrics = result["metrics"]
     if ar is not None and config.method == "sd":
@@ -174,9 +220,10 @@ def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: st
         same = " Sampling: exact speculative decoding matches AR in distribution, not token for token."
     stop = "stopped at end-of-sequence" if metrics["new_tokens"] < config.max_new_tokens else "reached max new tokens"
     message = (f"Done (run #{session['runs']}): {metrics['new_tokens']} tokens in {metrics['wall_s']:.2f} s, {stop}. "
-               f"{note[0].upper() + note[1:]}.{same}")
-    race, dyn = run_race(live, ar, note), run_dynamics(live, ar)
-    return frame(status=status_html(message, "ok"), headline=headline(metrics, config, ar, note), tokens=live.tokens_html,
+               f"{note[0].upper() + note[1:]}.{same}{_generate_sentence(generate)} Ran on {trace['machine']}.")
+    race, dyn = run_race(live, ar, note, generate), run_dynamics(live, ar)
+    level = "warn" if generate and generate.get("error") else "ok"
+    return frame(status=status_html(message, level), headline=headline(metrics, config, ar, note, generate), tokens=live.tokens_html,
                  race=race, dynamics=dyn, table=step_table(live.builder.rows), session=session,
                  panel=view_update(trace, None, TOKENS_ID), files=save_trace_files(trace))
 
@@ -252,13 +299,14 @@ def replay_run(speed: float, session: dict | None) -> Iterator[tuple]:
     yield from guarded(lambda: replay_frames(speed, session), lambda message: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()))
 
 
-def explore_run(prompt: str, baseline: str, session: dict | None, **settings) -> Iterator[tuple]:
+def explore_run(prompt: str, baseline: str, transformers: bool, session: dict | None, **settings) -> Iterator[tuple]:
     """Stream one run of ``settings`` (DecodeConfig's names): status, headline, token spans, race chart, per-step
-    charts, step table."""
+    charts, step table; with ``transformers``, transformers' generate is timed beside the AR baseline."""
     session = ensure_session(session)
 
     def frames() -> Iterator[tuple]:
-        yield from explore_frames(shared_models(), prompt, form_config(settings), baseline or BASELINE_AFTER, session)
+        yield from explore_frames(shared_models(), prompt, form_config(settings), baseline or BASELINE_AFTER, session,
+                                  bool(transformers))
 
     def on_error(message: str) -> tuple:
         session["live"]["running"] = False
@@ -290,6 +338,7 @@ def build_explore_tab(session: gr.State) -> SettingsForm:
             baseline = gr.Radio([BASELINE_AFTER, BASELINE_BEFORE, BASELINE_SKIP], value=BASELINE_AFTER,
                                 label="AR baseline (same prompt and settings; reused from this session when already measured)",
                                 elem_id="explore-baseline")
+            transformers = gr.Checkbox(True, label=TRANSFORMERS_LABEL, elem_id="explore-transformers")
             status = gr.HTML(status_html("Pick a prompt and press Run.", "info"), label="Status", elem_id="explore-status")
         with gr.Column(scale=2):
             form = SettingsForm("explore")
@@ -331,7 +380,8 @@ def build_explore_tab(session: gr.State) -> SettingsForm:
     example_btn.click(open_example, [example, session], outputs, api_visibility="private")
     replay_btn.click(replay_run, [speed, session], [tokens, race, *panel.outputs()], api_visibility="private", show_progress="hidden")
     present.change(None, present, None, js="(on) => { document.body.classList.toggle('sv-present', on); }")
-    event = run_btn.click(form_handler(explore_run, ["prompt"], form, ["baseline", "session"]), [prompt, *form.inputs(), baseline, session],
+    event = run_btn.click(form_handler(explore_run, ["prompt"], form, ["baseline", "transformers", "session"]),
+                          [prompt, *form.inputs(), baseline, transformers, session],
                           outputs,
                           api_name="explore_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
                           show_progress="hidden")

@@ -12,6 +12,8 @@ from specviz.analysis.suites import load_suite
 from specviz.core.env import env
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.runtime.config import DecodeConfig, respelled
+from specviz.runtime.prepare import baseline_config
+from specviz.ui.decode import generate_timing
 
 log = logging.getLogger("specviz.ui")
 
@@ -56,6 +58,22 @@ def guarded(frames: Callable[[], Iterator[tuple]], on_error: Callable[[str], tup
         message = user_message(exc)
         notify(message)
         yield on_error(message)
+
+
+def time_generate_or_error(config: DecodeConfig, prompt: str, idle: tuple) -> Iterator[tuple]:
+    """transformers' generate timed on the AR baseline of ``config`` (:func:`specviz.ui.decode.generate_timing`),
+    returned once done, or, when it fails, ``{"error": one line}`` shown beside the run, which stands. It yields the
+    handler's frame ``idle`` while it waits, so that a Stop can close it."""
+    try:
+        for timing in generate_timing(baseline_config(config), prompt):
+            if timing is not None:
+                return timing
+            yield idle
+        raise RuntimeError("transformers' generate returned nothing")
+    except Exception as exc:
+        message = user_message(exc)
+        notify(f"transformers' generate failed: {message}")
+        return {"error": message}
 
 
 FIRST_PROMPT = "chat-01"

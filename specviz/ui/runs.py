@@ -9,6 +9,7 @@ import math
 import re
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from specviz.api.trace import Trace, token_pieces
@@ -19,8 +20,8 @@ from specviz.runtime.prepare import RunPlan, baseline_config
 from specviz.ui.decode import decode_steps
 from specviz.ui.exports import export_folder
 from specviz.viz import charts
-from specviz.viz.export import run_label, trace_page
-from specviz.viz.render import Headline, headline_html, spans_html
+from specviz.viz.export import generate_series, run_label, trace_headline, trace_page
+from specviz.viz.render import headline_html, spans_html
 from specviz.viz.trace import TraceBuilder, cumulative
 
 AR_LABEL = "autoregressive (AR baseline)"
@@ -88,23 +89,22 @@ class Live:
         return charts.Series(self.label, times, tokens, baseline=baseline, note=note)
 
 
-def headline(metrics: dict, config: DecodeConfig, ar: dict | None, note: str) -> str:
-    """The headline cards of a run: its speedup over the AR baseline ``ar`` (a run record) when there is one."""
-    if config.method == "ar":
-        return headline_html(Headline(1.0, metrics["tokens_per_s"], metrics["tokens_per_s"], 1.0, None, metrics["new_tokens"],
-                                      metrics["wall_s"], "this run is the autoregressive baseline"))
-    ar_tps = ar["metrics"]["tokens_per_s"] if ar else None
-    speed = metrics["tokens_per_s"] / ar_tps if ar_tps else None
-    return headline_html(Headline(speed, metrics["tokens_per_s"], ar_tps, metrics["mean_accept_len"],
-                                  metrics["accept_rate"] if metrics["drafted"] else None, metrics["new_tokens"], metrics["wall_s"], note))
+def headline(metrics: dict, config: DecodeConfig, ar: dict | None, note: str, transformers: dict | None = None) -> str:
+    """The headline cards of a run: its speedup over the AR baseline ``ar`` (a run record) when there is one, and over
+    transformers' generate when ``transformers`` (see :class:`~specviz.viz.render.Headline`) is given; as a trace of
+    the run shows it (:func:`~specviz.viz.export.trace_headline`)."""
+    shown = trace_headline({"config": config.to_dict(), "metrics": metrics, "baseline": ar and {"metrics": ar["metrics"]},
+                            "transformers": transformers})
+    return headline_html(shown if config.method == "ar" else replace(shown, baseline_note=note))
 
 
-def run_race(live: Live, ar: dict | None, ar_note: str):
-    """The race chart: the run against its AR baseline ``ar`` (a run record) when there is one."""
+def run_race(live: Live, ar: dict | None, ar_note: str, transformers: dict | None = None):
+    """The race chart: the run against its AR baseline ``ar`` (a run record) when there is one, and transformers'
+    generate when it was timed."""
     series = [live.series()]
     if ar:
         series.append(charts.Series(AR_LABEL, *cumulative(ar["events"]), baseline=True, note=ar_note))
-    return charts.race_figure(series)
+    return charts.race_figure(series + generate_series(transformers))
 
 
 def run_dynamics(live: Live, ar: dict | None):

@@ -15,6 +15,7 @@ from specviz.core.formulas import best_gamma, expected_tokens, speedup
 
 PALETTE = ["#4C6FE0", "#E0784C", "#2E9D6B", "#B04CE0", "#C9A227"]
 AR_COLOUR = "#6B7280"
+PEER_COLOUR = "#111827"
 SPLIT_COLOURS = {"prefill": "#9CA3AF", "deciding": "#8B5CF6", "drafting": "#E0784C", "verifying": "#4C6FE0",
                  "committing": "#C9A227", "recording": "#14B8A6", "outside": "#D1D5DB"}
 DASHES = ["solid", "dot", "dashdot", "longdash", "longdashdot"]
@@ -32,6 +33,8 @@ class Series:
     tokens: list[int]
     baseline: bool = False
     note: str = ""
+    peer: bool = False
+    """A reference known only by its total (transformers' generate): a straight dotted line at its mean rate."""
 
 
 def figure(spec: Mapping) -> go.Figure:
@@ -42,7 +45,9 @@ def figure(spec: Mapping) -> go.Figure:
 def race_spec(series: Sequence[Series], title: str = "Tokens generated vs wall-clock time") -> dict:
     data, k = [], 0
     for s in series:
-        if s.baseline:
+        if s.peer:
+            style = {"line": {"color": PEER_COLOUR, "dash": "dot", "width": 2}, "marker": {"symbol": "diamond-open", "size": 8}}
+        elif s.baseline:
             style = {"line": {"color": AR_COLOUR, "dash": "dash", "width": 2}, "marker": {"symbol": "x", "size": 5}}
         else:
             style = {"line": {"color": PALETTE[k % len(PALETTE)], "dash": DASHES[k % len(DASHES)], "width": 2.5},
@@ -50,7 +55,8 @@ def race_spec(series: Sequence[Series], title: str = "Tokens generated vs wall-c
             k += 1
         name = s.label + (f" — {s.note}" if s.note else "")
         data.append({"type": "scatter", "mode": "lines+markers", "x": s.times, "y": s.tokens, "name": name,
-                     "line_shape": "hv", "hovertemplate": "%{x:.2f} s: %{y} tokens<extra>" + s.label + "</extra>", **style})
+                     "line_shape": "linear" if s.peer else "hv",
+                     "hovertemplate": "%{x:.2f} s: %{y} tokens<extra>" + s.label + "</extra>", **style})
     layout = {**BASE_LAYOUT, "title": {"text": title}, "height": 340,
               "legend": {"x": 0.01, "y": 0.99, "xanchor": "left", "yanchor": "top", "bgcolor": "rgba(255,255,255,0.75)"},
               "xaxis": {"title": {"text": "seconds since Run (incl. prefill)"}, "rangemode": "tozero"},

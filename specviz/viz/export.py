@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 
 from specviz.viz import charts
-from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
+from specviz.viz.render import GENERATE, Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
 from specviz.viz.teach import microscope_css, microscope_html, narrate
 from specviz.viz.trace import cumulative
 
@@ -18,11 +18,19 @@ SPEEDS = (0.25, 0.5, 1, 2, 4)
 
 
 def race_series(trace: Mapping) -> list[charts.Series]:
-    """The run and, if recorded, its AR baseline as race-chart series."""
+    """The run and, if recorded, its AR baseline and transformers' generate as race-chart series."""
     series = [charts.Series(run_label(trace["config"]), *cumulative(trace["steps"]))]
     if trace.get("baseline"):
         series.append(charts.Series("autoregressive", *cumulative(trace["baseline"]["steps"]), baseline=True))
-    return series
+    return series + generate_series(trace.get("transformers"))
+
+
+def generate_series(figure: Mapping | None) -> list[charts.Series]:
+    """transformers' generate on the race chart, when it was timed: only its total is known, so a straight line to it."""
+    if not figure or not figure.get("tokens_per_s"):
+        return []
+    return [charts.Series(GENERATE, [0.0, figure["wall_s"]], [0, figure["new_tokens"]], baseline=True,
+                          note="total only, drawn at its mean rate", peer=True)]
 
 
 def run_label(config: Mapping) -> str:
@@ -34,11 +42,15 @@ def run_label(config: Mapping) -> str:
 
 
 def trace_headline(trace: Mapping) -> Headline:
+    """The headline of a recorded run: as the app showed it, an AR run being its own baseline."""
     m, base = trace["metrics"], (trace.get("baseline") or {}).get("metrics")
+    if trace["config"]["method"] == "ar":
+        return Headline(1.0, m["tokens_per_s"], m["tokens_per_s"], 1.0, None, m["new_tokens"], m["wall_s"],
+                        "this run is the autoregressive baseline", trace.get("transformers"))
     speedup = m["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
     return Headline(speedup, m["tokens_per_s"], base["tokens_per_s"] if base else None, m["mean_accept_len"],
                     m["accept_rate"] if m["drafted"] else None, m["new_tokens"], m["wall_s"],
-                    "AR baseline of the same prompt and settings" if base else "no AR baseline recorded")
+                    "AR baseline of the same prompt and settings" if base else "no AR baseline recorded", trace.get("transformers"))
 
 
 def plain_ms_per_token(trace: Mapping) -> float | None:

@@ -8,7 +8,7 @@ colour only reinforces it, so the view reads in greyscale and for colour-blind u
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -136,6 +136,8 @@ class Headline:
     new_tokens: int
     wall_s: float
     baseline_note: str = ""
+    transformers: Mapping | None = None
+    """transformers' ``generate`` on the AR baseline's settings (see :func:`generate_card`); None: not asked for."""
 
 
 def _card(value: str, label: str, hint: str = "") -> str:
@@ -148,15 +150,35 @@ SAME_SPEED = 0.02
 """Speed ratios within this of 1 read as the same speed: closer than run-to-run timing noise."""
 
 
-def speed_verdict(ratio: float) -> str:
-    """What a speed ratio to AR says, in words."""
+def speed_verdict(ratio: float, of: str = "AR") -> str:
+    """What a speed ratio to ``of`` says, in words."""
     if abs(ratio - 1) < SAME_SPEED:
-        return "as fast as AR"
-    return "faster than AR" if ratio > 1 else "slower than AR"
+        return f"as fast as {of}"
+    return f"faster than {of}" if ratio > 1 else f"slower than {of}"
+
+
+GENERATE = "transformers' generate"
+
+
+def generate_card(tokens_per_s: float | None, generate: Mapping) -> str:
+    """The card of the speedup over transformers' ``generate`` (timed on transformers' stock kernels). ``generate``
+    holds its ``tokens_per_s`` and ``same_tokens_as_ar`` (None when sampled: draws are not comparable token for token);
+    or an ``error``; or, before it is measured, only a ``note``."""
+    if generate.get("error"):
+        return _card("–", f"speedup vs {GENERATE}", f"not measured: {generate['error']}")
+    peer = generate.get("tokens_per_s")
+    if not peer or tokens_per_s is None:
+        return _card("…", f"speedup vs {GENERATE}", generate.get("note") or f"{GENERATE} not timed yet")
+    ratio = tokens_per_s / peer
+    same = generate.get("same_tokens_as_ar")
+    tokens = "sampled: tokens not comparable" if same is None else f"same tokens as AR: {'yes' if same else 'no'}"
+    return _card(f"{ratio:.2f}×", f"speedup vs {GENERATE}",
+                 f"{speed_verdict(ratio, 'generate')}: generate {peer:.1f} tok/s, stock kernels; {tokens}")
 
 
 def headline_html(h: Headline) -> str:
-    """Speedup vs AR, tokens/s, mean accepted length and acceptance rate as cards."""
+    """Speedup vs AR (and vs transformers' generate, when timed), tokens/s, mean accepted length and acceptance rate
+    as cards."""
     if h.speedup is None:
         speed = _card("…", "speedup vs AR", h.baseline_note or "AR baseline not measured yet")
     else:
@@ -164,6 +186,7 @@ def headline_html(h: Headline) -> str:
     ar = f"AR {h.ar_tokens_per_s:.1f} tok/s" if h.ar_tokens_per_s else ""
     cards = [
         speed,
+        *([generate_card(h.tokens_per_s, h.transformers)] if h.transformers is not None else []),
         _card(f"{h.tokens_per_s:.1f}" if h.tokens_per_s is not None else "…", "tokens / s", ar),
         _card(f"{h.mean_accept_len:.2f}" if h.mean_accept_len is not None else "–", "mean accepted length",
               "tokens per target forward"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
-from specviz.viz.trace import ended_at_stop, value_at
+from specviz.viz.trace import ended_at_stop, layout, value_at
 
 REASON_WORDS = {"exact": "the exact test", "judge": "the judge", "lenient": "lenience", "topk": "the top-k rule"}
 
@@ -240,31 +240,6 @@ COL, ROW, BOX_W, BOX_H, PAD = 96, 24, 84, 20, 4
 DOT_R, TEXT_X, LABEL_CHARS = 6.5, 19, 6
 """A node's dot at probability 1 (its area is the probability), where its label starts, and the characters of token
 text it shows (the full text is in its tooltip)."""
-
-
-def layout(parents: list[int]) -> dict[int, tuple[int, float]]:
-    """(depth, row) of the root (key −1) and every node, as a tidy tree: depth as the column, the leaves on consecutive
-    rows (siblings in draw order), and every other node level with the middle of its subtree's rows."""
-    kids: dict[int, list[int]] = {}
-    for i, parent in enumerate(parents):
-        kids.setdefault(parent, []).append(i)
-    place: dict[int, tuple[int, float]] = {}  # −1: the root
-    leaves = 0
-
-    def visit(node: int, depth: int) -> tuple[float, float]:
-        """Places the subtree of ``node``; returns its first and last row."""
-        nonlocal leaves
-        spans = [visit(c, depth + 1) for c in kids.get(node, [])]
-        if spans:
-            first, last = spans[0][0], spans[-1][1]
-        else:
-            first = last = leaves
-            leaves += 1
-        place[node] = (depth, (first + last) / 2)
-        return first, last
-
-    visit(-1, 0)
-    return place
 
 
 VERDICTS = {"path": "accepted", "rejected": "rejected", "unchecked": "not checked"}

@@ -1,4 +1,5 @@
-"""From the engine's StepEvents to what the UI shows: token spans (with their text in context) and step rows.
+"""From the engine's StepEvents to what the UI shows: token spans (with their text in context), step rows and a token
+tree's layout.
 
 Built incrementally: each event is turned into spans and a table row once, so streaming a long run costs
 the same per step at the end as at the start.
@@ -165,3 +166,28 @@ def cumulative(events: Sequence[Any]) -> tuple[list[float], list[int]]:
 def until(events: Sequence[dict], seconds: float) -> list[dict]:
     """The events finished by ``seconds`` after the start (for the synchronised replay)."""
     return [e for e in events if e["elapsed_ms"] / 1e3 <= seconds + 1e-9]
+
+
+def layout(parents: list[int]) -> dict[int, tuple[int, float]]:
+    """(depth, row) of the root (key −1) and every node, as a tidy tree: depth as the column, the leaves on consecutive
+    rows (siblings in draw order), and every other node level with the middle of its subtree's rows."""
+    kids: dict[int, list[int]] = {}
+    for i, parent in enumerate(parents):
+        kids.setdefault(parent, []).append(i)
+    place: dict[int, tuple[int, float]] = {}  # −1: the root
+    leaves = 0
+
+    def visit(node: int, depth: int) -> tuple[float, float]:
+        """Places the subtree of ``node``; returns its first and last row."""
+        nonlocal leaves
+        spans = [visit(c, depth + 1) for c in kids.get(node, [])]
+        if spans:
+            first, last = spans[0][0], spans[-1][1]
+        else:
+            first = last = leaves
+            leaves += 1
+        place[node] = (depth, (first + last) / 2)
+        return first, last
+
+    visit(-1, 0)
+    return place

@@ -2,6 +2,7 @@
 exports, the theory endpoint, and two sessions at once."""
 
 import csv
+import html
 import json
 import re
 import threading
@@ -30,8 +31,6 @@ def explore(client, prompt, **kw):
 
 def visible_text(tokens_html: str) -> str:
     """The generated text as shown: every span but the rejected / unchecked drafts, unescaped."""
-    import html
-
     kept = re.findall(r'data-kind="(?!rejected|unchecked)[a-z]+" title="[^"]*">(.*?)</span>(?=<span class="sv-tok|$)', tokens_html)
     return html.unescape("".join(re.sub(r'<span class="sv-nl">.</span>', "", k) for k in kept))
 
@@ -46,8 +45,15 @@ def test_explore_streams_steps_then_races_against_ar(client):
     assert len(table["data"]) >= 1 and table["headers"][0] == "step"
     assert sum(row[5] for row in table["data"]) == SHORT
     names = [t["name"] for t in json.loads(race["plot"])["data"]]
-    assert len(names) == 2 and any("AR" in n for n in names)
+    assert len(names) == 3 and any("AR" in n for n in names) and names[-1].startswith("transformers' generate")
     assert "Output identical to the AR baseline: yes" in status  # greedy + exact acceptance is lossless
+    # transformers' generate, timed beside the AR baseline on its stock kernels: its speedup card, from the saved numbers
+    trace = specviz.load_trace(final[9])
+    generate = trace.transformers
+    assert generate["new_tokens"] == SHORT and isinstance(generate["same_tokens_as_ar"], bool)
+    assert f"{trace.metrics['tokens_per_s'] / generate['tokens_per_s']:.2f}×" in headline
+    assert "speedup vs transformers&#x27; generate" in headline and f"generate {generate['tokens_per_s']:.1f} tok/s" in headline
+    assert "stock nn.Linear kernels" in status and "linear kernels by rows: 1 " in status
 
 
 def test_errors_are_visible_and_the_app_keeps_serving(client):
@@ -73,20 +79,41 @@ def test_compare_two_configs_with_exports(client):
                                                  ["ngram γ=6", "sd", "ngram", 6, "fixed", "exact"]]}
     status, columns, race, metrics, replay, csv_path, json_path, column, traces = client.predict(
         prompt=PROMPT_A, configs=table, max_new_tokens=8, api_name="/compare_run")
-    assert "Run order: autoregressive (AR baseline)#1 → ngram γ=2#1 → ngram γ=6#1" in status
-    assert columns.count('class="sv-col"') == 3
-    assert [r[0] for r in metrics["data"]] == ["autoregressive (AR baseline)", "ngram γ=2", "ngram γ=6"]
-    assert len(json.loads(race["plot"])["data"]) == 3
+    generate = "transformers' generate (stock kernels)"
+    assert f"Run order: autoregressive (AR baseline)#1 → {generate}#1 → ngram γ=2#1 → ngram γ=6#1" in html.unescape(status)
+    assert columns.count('class="sv-col"') == 4
+    assert [r[0] for r in metrics["data"]] == ["autoregressive (AR baseline)", generate, "ngram γ=2", "ngram γ=6"]
+    speedups = dict(zip((r[0] for r in metrics["data"]), (r[metrics["headers"].index("speedup vs transformers generate")]
+                                                          for r in metrics["data"])))
+    assert speedups[generate] == 1.0 and all(v > 0 for v in speedups.values())
+    assert len(json.loads(race["plot"])["data"]) == 4
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
     assert {r["config"] for r in rows} == {"autoregressive (AR baseline)", "ngram γ=2", "ngram γ=6"}
     with open(json_path) as f:
         data = json.load(f)
-    assert data["order"] == ["autoregressive (AR baseline)#1", "ngram γ=2#1", "ngram γ=6#1"] and len(data["runs"]) == 3
-    assert all(run["steps"] if "steps" in run else run["events"] for run in data["runs"])
-    assert len(traces) == 3 and all(specviz.load_trace(path).steps for path in traces)  # each column as a trace file
+    assert data["order"] == ["autoregressive (AR baseline)#1", f"{generate}#1", "ngram γ=2#1", "ngram γ=6#1"] and len(data["runs"]) == 4
+    assert all(run["events"] for run in data["runs"] if run["label"] != generate)  # generate has no steps, only its total
+    columns_traces = [specviz.load_trace(path) for path in traces]  # each column with steps as a trace file, with generate
+    assert len(traces) == 3 and all(t.steps and t.transformers["tokens_per_s"] > 0 for t in columns_traces)
     replayed = client.predict(at_s=0.0, api_name="/compare_replay")
-    assert replayed.count('class="sv-col"') == 3 and "0 tokens at 0.00 s" in replayed
+    assert replayed.count('class="sv-col"') == 4 and "0 tokens at 0.00 s" in replayed
+
+
+def test_a_failing_transformers_generate_is_a_visible_message_and_the_run_stands(client, monkeypatch):
+    from specviz.ui import handlers
+
+    def fails(config, prompt):
+        raise RuntimeError("generate broke")
+
+    monkeypatch.setattr(handlers, "generate_timing", fails)  # the app serves from this process
+    _, final = explore(client, "Count to five.", max_new_tokens=6)
+    assert "sv-status-warn" in final[0] and "Done (run #1)" in final[0] and "generate broke" in final[0]
+    assert "not measured: unexpected error (RuntimeError): generate broke" in final[1] and "speedup vs AR" in final[1]
+    table = {"headers": CONFIG_HEADERS, "data": [["ngram γ=2", "sd", "ngram", 2, "fixed", "exact"]]}
+    status, columns, _, metrics, *_ = client.predict(prompt=PROMPT_A, configs=table, max_new_tokens=4, api_name="/compare_run")
+    assert "sv-status-warn" in status and "generate broke" in status and "failed: unexpected error" in columns
+    assert [r[0] for r in metrics["data"]] == ["autoregressive (AR baseline)", "ngram γ=2"]
 
 
 def test_compare_rejects_bad_rows_visibly(client):

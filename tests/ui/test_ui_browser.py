@@ -64,7 +64,7 @@ def token_count(page) -> int:
 
 def test_walk_through_the_app(page):
     SHOTS.mkdir(parents=True, exist_ok=True)  # the screenshots show what a newcomer gets: the defaults
-    page.get_by_text(re.compile("^code: ")).first.click()
+    page.get_by_text(re.compile("^chat: ")).first.click()
     assert page.locator("#explore-prompt textarea").input_value() != ""
     set_number(page, "explore-max-new-tokens", 192)  # long enough to be stopped mid-way at the defaults' speed
 
@@ -98,6 +98,8 @@ def test_walk_through_the_app(page):
     assert warm_s < 4.0  # the target is 1.5 s; the margin is for a busy 2-core machine
     page.wait_for_selector("#explore-status .sv-status-ok", timeout=LONG)
     assert "×" in page.locator("#explore-headline").inner_text()
+    generate = page.locator("#explore-headline .sv-card").filter(has_text="speedup vs transformers' generate")
+    assert generate.is_visible() and re.match(r"\d+\.\d\d×", generate.locator(".sv-card-value").inner_text())  # timed beside AR
     assert page.locator("#explore-dynamics .js-plotly-plot").count() == 1
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "explore.png"), full_page=True)
@@ -107,11 +109,11 @@ def test_walk_through_the_app(page):
     set_number(page, "compare-max-new-tokens", 24)
     page.click("#compare-run")
     page.wait_for_selector("#compare-status .sv-status-ok", timeout=LONG)
-    assert page.locator("#compare-columns .sv-col").count() == 5
+    assert page.locator("#compare-columns .sv-col").count() == 6
     metrics = page.locator("#compare-metrics").inner_text()
-    assert "autoregressive (AR baseline)" in metrics
+    assert "autoregressive (AR baseline)" in metrics and "speedup vs transformers generate" in metrics
     labels = [h.inner_text().strip() for h in page.locator("#compare-columns .sv-col-head b").all()]
-    assert len(labels) == 5 and all(label in metrics for label in labels)
+    assert len(labels) == 6 and all(label in metrics for label in labels) and "transformers' generate (stock kernels)" in labels
     assert {"fixed γ=3", "online", "fsm", "hf-heuristic"} <= set(labels), labels
     page.screenshot(path=str(SHOTS / "compare.png"), full_page=True)
 

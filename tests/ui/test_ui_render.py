@@ -339,3 +339,48 @@ def test_a_choice_shows_only_its_own_description_and_the_settings_it_reads():
     assert set(readers()) == {"gamma", "judge_threshold", "lenience", "topk"}
     assert reads("judge_threshold", "judge") and not reads("judge_threshold", "exact") and reads("topk", "topk")
     assert reads("gamma", "fsm") and not reads("gamma", "rl") and not reads("gamma", "confidence")
+
+
+def test_the_headline_shows_the_speedup_over_transformers_generate_beside_the_one_over_ar():
+    from specviz.bench.harness import generate_figure
+    from specviz.viz.render import Headline, headline_html
+
+    figure = generate_figure({"tokens_per_s": 12.5, "wall_s": 2.56, "new_tokens": 32, "token_ids": [1, 2]}, [1, 2], sampled=False)
+    cards = re.findall(r'sv-card-value">([^<]*)</div><div class="sv-card-label">([^<]*)</div>(?:<div class="sv-card-hint">([^<]*))?',
+                       headline_html(Headline(1.5, 30.0, 20.0, 2.0, 0.5, 32, 1.07, "AR measured after the run", figure)))
+    assert cards[0][:2] == ("1.50×", "speedup vs AR (faster than AR)")
+    value, label, hint = cards[1]
+    assert (value, label) == ("2.40×", "speedup vs transformers&#x27; generate")  # 30 / 12.5
+    assert "generate 12.5 tok/s, stock kernels" in hint and "same tokens as AR: yes" in hint and "faster than generate" in hint
+    differs = {**figure, "same_tokens_as_ar": False}
+    assert "same tokens as AR: no" in headline_html(Headline(1.5, 30.0, 20.0, 2.0, 0.5, 32, 1.0, "", differs))
+    sampled = generate_figure({"tokens_per_s": 40.0, "wall_s": 0.8, "new_tokens": 32, "token_ids": [3]}, [1], sampled=True)
+    shown = headline_html(Headline(1.5, 30.0, 20.0, 2.0, 0.5, 32, 1.0, "", sampled))
+    assert "0.75×" in shown and "slower than generate" in shown and "tokens not comparable" in shown
+    failed = headline_html(Headline(1.5, 30.0, 20.0, 2.0, 0.5, 32, 1.0, "", {"error": "cannot load model 'x'"}))
+    assert "not measured: cannot load model" in failed and "×</div><div class=\"sv-card-label\">speedup vs transformers" not in failed
+    assert "transformers" not in headline_html(Headline(1.5, 30.0, 20.0, 2.0, 0.5, 32, 1.0))  # not asked for: no card
+
+
+def test_compare_metrics_have_a_speedup_over_transformers_generate_from_the_same_rounds():
+    import pandas as pd
+
+    from specviz.ui.comparison import GENERATE_LABEL, METRIC_COLUMNS, Comparison, metrics_table
+    from specviz.ui.runs import AR_LABEL
+
+    def record(tps: float, ids: list[int], steps: bool = True) -> dict:
+        metrics = {"new_tokens": 4, "wall_s": 4 / tps, "tokens_per_s": tps}
+        if steps:
+            metrics.update(mean_accept_len=1.0, accept_rate=0.0, drafted=0, draft_ms=0.0, verify_ms=1.0, overhead_ms=0.1)
+        return {"metrics": metrics, "token_ids": ids}
+
+    comp = Comparison("p", [AR_LABEL, GENERATE_LABEL, "sd"], {}, n_rounds=2)
+    comp.rounds = {AR_LABEL: [record(10, [1]), record(20, [1])], GENERATE_LABEL: [record(20, [1], False), record(25, [2], False)],
+                   "sd": [record(30, [1]), record(40, [1])]}
+    comp.order = [f"{label}#{k}" for k in (1, 2) for label in comp.labels]
+    table = metrics_table(comp).set_index("config")
+    assert "speedup vs transformers generate" in METRIC_COLUMNS
+    column = table["speedup vs transformers generate"]
+    assert column["sd"] == 1.55 and column[AR_LABEL] == 0.65 and column[GENERATE_LABEL] == 1.0  # medians of 1.5, 1.6 / 0.5, 0.8
+    assert table.loc[GENERATE_LABEL, "speedup vs AR"] == 1.625 and table.loc[GENERATE_LABEL, "same tokens as AR"] == "no"
+    assert pd.isna(table.loc[GENERATE_LABEL, "mean accepted len"]) and table.loc["sd", "mean accepted len"] == 1.0  # it has no steps
