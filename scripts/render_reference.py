@@ -42,6 +42,7 @@ from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Regist
 from specviz.models.paths import ASSETS  # noqa: E402
 from specviz.models.presets import DEFAULT_ORDER, PRESETS  # noqa: E402
 from specviz.runtime import config  # noqa: E402
+from specviz.runtime.serving import SERVING_KEYS, serving_export  # noqa: E402
 
 
 def cell(text: object) -> str:
@@ -183,7 +184,8 @@ def bench_sets_table() -> str:
 
 OWNERS = {"THEORY_KEYS": "specviz/analysis/theory.py", "Trace": "specviz/api/trace.py",
           "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
-          "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py", "SPANS": "specviz/core/record.py"}
+          "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py", "SPANS": "specviz/core/record.py",
+          "SERVING_KEYS": "specviz/runtime/serving.py"}
 
 
 def keys_table(docs: dict[str, str], keys: set[str], owner: str) -> str:
@@ -217,6 +219,12 @@ def json_step() -> str:
 def json_tree() -> str:
     mentions(TreeRecord.KEYS["nodes"], fields(NodeRecord), "TreeRecord.KEYS['nodes']")
     return keys_table(TreeRecord.KEYS, {f.name for f in dataclasses.fields(TreeRecord)}, "TreeRecord.KEYS")
+
+
+def json_serving() -> str:
+    """The ``serving`` block's keys, from a run both engines serve (the n-gram drafter) and one they do not (AR)."""
+    runs = [config.DecodeConfig(draft="ngram", gamma_policy="fixed"), config.DecodeConfig(method="ar")]
+    return keys_table(SERVING_KEYS, {k for c in runs for k in serving_export(c)}, "SERVING_KEYS")
 
 
 def json_theory() -> str:
@@ -286,6 +294,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "json-verify": lambda: keys_table(VerifyRecord.KEYS, {f.name for f in dataclasses.fields(VerifyRecord)}, "VerifyRecord.KEYS"),
     "json-tree": json_tree,
     "json-theory": json_theory,
+    "json-serving": json_serving,
     "protocols": protocols_table,
     "env": env_table,
     "layout": layout_table,

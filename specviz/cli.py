@@ -13,6 +13,7 @@ from specviz.bench.configs import CONFIG_SETS
 from specviz.core.errors import ConfigError, ModelLoadError
 from specviz.core.policy import MAX_GAMMA
 from specviz.models.presets import OFFLINE_PRESET
+from specviz.models.vllm_client import DEFAULT_TIMEOUT_S
 from specviz.runtime.config import APP_MAX_NEW_TOKENS, DecodeConfig, option
 from specviz.training import judge_cli
 
@@ -24,6 +25,16 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         raise UsageError(message)
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return value
 
 
 def _names(text: str) -> list[str]:
@@ -63,6 +74,14 @@ def build_parser() -> Parser:
     g.add_argument("--json", action="store_true", help="print the full JSON result")
     g.add_argument("--trace-out", type=Path, help="save the run (with its AR baseline) as a trace file (load it in the app or Python)")
     g.add_argument("--html", type=Path, help="save the run (with its AR baseline) as one self-contained HTML page")
+    g.add_argument("--server", metavar="URL", help="run on a vLLM server (http://host:port) with its speculation and "
+                   "per-request metrics (--per-request-spec-decode-metrics detailed), instead of this process's engine")
+    g.add_argument("--model", metavar="NAME", help="with --server: the served model (default: the server's only one)")
+    g.add_argument("--speculative-config", type=_json_object, metavar="JSON",
+                   help="with --server: the server's --speculative-config, kept in the trace (an n-gram server's steps "
+                   "without a draft are placed by its rule)")
+    g.add_argument("--server-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help=f"with --server: seconds to wait for each answer; default {DEFAULT_TIMEOUT_S:g}")
     b = sub.add_parser("bench", help="interleaved benchmark over the prompt suites")
     b.add_argument("--suite", default="all", help="'all', comma-separated categories, or 'judge-eval' (the held-out judge questions)")
     b.add_argument("--configs", default="standard", help=f"benchmark set: {' | '.join(CONFIG_SETS)}")
@@ -96,16 +115,9 @@ def read_prompt(a: argparse.Namespace) -> str:
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
-    from specviz.api.trace import trace_of
-    from specviz.runtime.bank import ModelBank
-    from specviz.runtime.prepare import baseline_config, prepare
-
-    config, prompt, bank = config_from_args(a), read_prompt(a), ModelBank()
-    run = prepare(config, prompt, bank)
-    trace = trace_of(prompt, run.plan, list(run.events()), run.machine)
-    if (a.trace_out or a.html) and config.method == "sd":  # a trace file holds its AR baseline
-        ar = prepare(baseline_config(config), prompt, bank)
-        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()), ar.machine)
+    if a.server is None and (a.model is not None or a.speculative_config is not None):
+        raise ConfigError(f"{'--model' if a.model is not None else '--speculative-config'} describes a server: use it with --server")
+    trace = server_run(a) if a.server is not None else local_run(a)
     for path, write in ((a.trace_out, trace.save), (a.html, trace.to_html)):
         if path is not None:
             try:
@@ -120,6 +132,34 @@ def cmd_generate(a: argparse.Namespace) -> int:
         print(f"\n[{m['new_tokens']} tokens in {m['wall_s']:.2f}s = {m['tokens_per_s']:.1f} tok/s; "
               f"mean accepted length {m['mean_accept_len']:.2f}; acceptance rate {m['accept_rate']:.2f}]", file=sys.stderr)
     return 0
+
+
+SERVER_REPLACES = ("draft", "chain", "select", "tree_nodes", "target")
+"""Local settings a server run cannot take: the server's own speculation replaces them."""
+
+
+def server_run(a: argparse.Namespace):
+    from specviz.api.server import server_trace
+
+    defaults = DecodeConfig()
+    given = [name for name in SERVER_REPLACES if getattr(a, name) != getattr(defaults, name)]
+    if given:
+        raise ConfigError(f"--server runs the server's speculation: {option(given[0])} is for local runs")
+    return server_trace(read_prompt(a), a.server, a.model, config_from_args(a), a.server_timeout, a.speculative_config)
+
+
+def local_run(a: argparse.Namespace):
+    from specviz.api.trace import trace_of
+    from specviz.runtime.bank import ModelBank
+    from specviz.runtime.prepare import baseline_config, prepare
+
+    config, prompt, bank = config_from_args(a), read_prompt(a), ModelBank()
+    run = prepare(config, prompt, bank)
+    trace = trace_of(prompt, run.plan, list(run.events()), run.machine)
+    if (a.trace_out or a.html) and config.method == "sd":  # a trace file holds its AR baseline
+        ar = prepare(baseline_config(config), prompt, bank)
+        trace.baseline = trace_of(prompt, ar.plan, list(ar.events()), ar.machine)
+    return trace
 
 
 def cmd_bench(a: argparse.Namespace) -> int:

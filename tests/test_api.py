@@ -41,7 +41,9 @@ def test_loaded_models_give_generates_tokens(hf_models, prompt):
 def test_a_trace_has_the_clis_json_a_dataframe_a_figure_and_an_inline_view():
     trace = specviz.speculate("Name three colours.", draft="ngram", gamma=2, max_new_tokens=12, baseline=True, transformers=True)
     data = trace.to_json()
-    assert set(data) == {"text", "token_ids", "config", "metrics", "steps", "theory", "machine"} and data["token_ids"] == trace.token_ids
+    assert set(data) == {"text", "token_ids", "config", "metrics", "steps", "theory", "machine", "source", "serving"}
+    assert data["token_ids"] == trace.token_ids and data["source"] is None  # this process's engine, not a server
+    assert "--gamma-policy online" in data["serving"]["unsupported"]  # serving engines draft a fixed γ
     assert "threads, torch" in data["machine"] and "linear kernels by rows: 1 " in data["machine"]  # the fp32 CPU target's plan
     assert len(trace.to_dataframe()) == len(trace.steps) == data["metrics"]["target_forwards"]
     assert trace.baseline.token_ids == trace.token_ids  # greedy SD is lossless

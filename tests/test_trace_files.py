@@ -26,6 +26,7 @@ def test_the_committed_version_1_trace_loads_and_every_view_renders():
         added = set(run["config"]) - set(fixture["config"])
         assert all(run["config"].pop(name) == defaults[name] for name in added)
         assert run.pop("version") == TRACE_VERSION  # it is written back as the current version
+        assert run.pop("source") is None and run.pop("serving") is None  # version 4's keys: a local run, no export kept
     for run, old in ((written, fixture), (written["baseline"], fixture["baseline"])):
         assert old.pop("version") == 1
         assert run["steps"] == [upgraded(step) for step in old["steps"]]  # converted to this version's keys

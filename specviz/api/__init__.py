@@ -11,12 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specviz.api.server import server_trace
 from specviz.api.trace import Trace, load_trace, trace_of
 from specviz.bench.harness import GENERATE_WARMUP_TOKENS, generate_figure, time_generate
 from specviz.core.errors import ConfigError
 from specviz.core.record import StepEvent
 from specviz.models.loaded import LoadedModel
 from specviz.models.presets import NGRAM_DRAFT, PRESETS, resolve_draft, resolve_preset
+from specviz.models.vllm_client import DEFAULT_TIMEOUT_S
 from specviz.runtime.bank import ModelBank, target_dtype
 from specviz.runtime.config import DecodeConfig, respelled
 from specviz.runtime.prepare import baseline_config, prepare
@@ -108,7 +110,8 @@ def stream(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any
 
 
 def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: Any = None, baseline: bool = False,
-              transformers: bool = False, **settings: Any) -> Trace:
+              transformers: bool = False, server: str | None = None, model: str | None = None,
+              server_timeout: float = DEFAULT_TIMEOUT_S, speculative_config: dict | None = None, **settings: Any) -> Trace:
     """Decode ``prompt`` and return its :class:`Trace`.
 
     ``target``: a preset name, hub id, local directory or loaded transformers model (then pass its ``tokenizer``);
@@ -118,7 +121,19 @@ def speculate(prompt: str, *, target: Any = None, draft: Any = None, tokenizer: 
     ``transformers``: with ``baseline``, also time transformers' own ``generate`` on the baseline's settings, on its
     stock kernels, into ``trace.transformers`` (the headline's speedup over it). ``settings``: DecodeConfig's names
     (gamma, gamma_policy, accept, judge_threshold, chain, select, temperature, top_p, seed, max_new_tokens, chat=True,
-    method…)."""
+    method…).
+
+    ``server``: run on the vLLM server at this URL instead (its only model, or ``model``; the server's speculation,
+    this call's sampling settings, each answer awaited at most ``server_timeout`` seconds; ``speculative_config``:
+    the server's, where known); its failures raise a one-line :class:`~specviz.core.errors.ServerError`."""
+    if server is not None:
+        if target is not None or draft is not None or tokenizer is not None or baseline or transformers:
+            raise ConfigError("server= runs the server's speculation: target=, draft=, tokenizer=, baseline= and transformers= "
+                              "are for local runs")
+        with _api_names():
+            return server_trace(prompt, server, model, DecodeConfig.from_values(settings), server_timeout, speculative_config)
+    if model is not None or speculative_config is not None:
+        raise ConfigError("model= and speculative_config= describe a server: use them with server=")
     if transformers and not baseline:
         raise ConfigError("transformers=True times transformers' generate beside the AR baseline: pass baseline=True too")
     with _api_names():

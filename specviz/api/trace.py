@@ -17,12 +17,14 @@ from specviz.core.record import StepEvent, upgraded
 from specviz.models.loading import describe_hardware
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import RunPlan
+from specviz.runtime.serving import serving_export
 from specviz.viz import charts
 from specviz.viz.export import race_series, run_label, trace_headline, trace_page
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
 from specviz.viz.trace import TraceBuilder
 
-TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 3  # 2: a step may hold a token tree ("tree"); 3: spans, why, drafted
+TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 4  # 2: a step may hold a token tree ("tree"); 3: spans, why, drafted;
+# 4: a run may come from a server ("source"), and a local one carries its export ("serving")
 MAX_TRACE_BYTES = 32 * 2**20
 
 
@@ -47,6 +49,8 @@ class Trace:
     transformers: dict | None = None
     """transformers' ``generate`` timed on the AR baseline's settings and prompt, when it was (see
     :func:`specviz.bench.harness.generate_figure`); traces written before it have none."""
+    source: dict | None = None
+    serving: dict | None = None
 
     JSON_KEYS: ClassVar[dict[str, str]] = {
         "text": "the decoded continuation (special tokens skipped)",
@@ -56,6 +60,10 @@ class Trace:
         "steps": "one object per step (below)",
         "theory": "the polybasic theory of the run (below); `null` when the drafter changed between steps (draft selection)",
         "machine": "the CPU or GPU, threads and torch; on a CPU, the target's linear kernel per row count, timed on the machine",
+        "source": "`null` for a run of this process's engine; a server's run: its `url`, `engine` (`vllm`), `version`, "
+                  "`model`, `speculative_config` (what the server reports of it), `speculative_decoding` (its totals), "
+                  "`finish_reason` and `timing` (its per-request times, ms, and the request's time as the client saw it)",
+        "serving": "the run's speculation for a serving engine (below); `null` for a server's run",
     }
     """The keys of :meth:`to_json`, the CLI's ``--json`` object (the docs render this table)."""
 
@@ -69,7 +77,8 @@ class Trace:
     def to_json(self) -> dict:
         """The CLI's ``--json`` object."""
         return {"text": self.text, "token_ids": self.token_ids, "config": self.config.to_dict(), "metrics": self.metrics,
-                "steps": [e.to_dict() for e in self.steps], "theory": self.theory, "machine": self.machine}
+                "steps": [e.to_dict() for e in self.steps], "theory": self.theory, "machine": self.machine,
+                "source": self.source, "serving": self.serving}
 
     def to_dict(self) -> dict:
         """The trace file's content: the ``--json`` object plus the prompt, the models, the machine, the token texts,
@@ -121,7 +130,8 @@ class Trace:
         metrics = {**summarize(steps), **data["metrics"]}  # an older trace's metrics lack the keys of later versions
         return cls(data["prompt"], DecodeConfig.from_values(config), data["text"], data["token_ids"], steps, metrics, data["theory"],
                    [TokenSpan(*s) for s in data["spans"]], {int(k): v for k, v in data["pieces"].items()}, data["models"],
-                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("transformers"))
+                   data["machine"], cls.from_dict(data["baseline"]) if data["baseline"] else None, data.get("transformers"),
+                   data.get("source"), data.get("serving"))
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -164,6 +174,9 @@ def check_trace(data: Any) -> dict:
             raise ConfigError(f"truncated or damaged trace: step {i + 1} does not have a step's fields")
     if not all(isinstance(s, list | tuple) and len(s) == len(fields(TokenSpan)) for s in data["spans"]):
         raise ConfigError("truncated or damaged trace: a token span is not a list of its fields")
+    for key in ("source", "serving"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(f"truncated or damaged trace: '{key}' is not an object")
     if data.get("baseline") is not None:
         check_trace(data["baseline"])
     check_generate(data.get("transformers"))
@@ -190,7 +203,7 @@ def trace_of(prompt: str, plan: RunPlan, events: Sequence[StepEvent], machine: s
     spans = TraceBuilder(plan.tokenizer, plan.prompt_ids).add_all(events)
     models = {"target": plan.target, "drafters": sorted({e.drafter for e in events if e.draft_ids})}
     return Trace(prompt, plan.config, result["text"], result["token_ids"], list(events), result["metrics"], result["theory"], spans,
-                 token_pieces(plan.tokenizer, events), models, machine or describe_hardware())
+                 token_pieces(plan.tokenizer, events), models, machine or describe_hardware(), serving=serving_export(plan.config))
 
 
 def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:
@@ -200,5 +213,5 @@ def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:
         ids.update(e.draft_ids, e.emitted_ids)
         for v in e.verify:
             ids.update(t for t, _ in v.p_top + v.q_top + (v.residual_top or {}).get("top", []))
-    ids = sorted(ids)
+    ids = sorted(ids - {None})  # a server's rejected drafts have no id
     return dict(zip(ids, tokenizer.batch_decode([[i] for i in ids])))

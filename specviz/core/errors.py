@@ -1,4 +1,4 @@
-"""The two user-facing errors. Their messages are one line, fit for the CLI, the UI and a notebook."""
+"""The user-facing errors (a setting, a model, a server). Their messages are one line, fit for the CLI, the UI and a notebook."""
 
 from __future__ import annotations
 
@@ -14,3 +14,7 @@ def first_line(exc: BaseException) -> str:
 
 class ConfigError(ValueError):
     """A user mistake in the run's settings; the message is one line."""
+
+
+class ServerError(ModelLoadError):
+    """A model server could not be used, or its answer is not data this version reads; the message is one line."""

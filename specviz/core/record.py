@@ -144,7 +144,7 @@ class StepEvent:
     drafter: str
     gamma: int
     drafted: int
-    draft_ids: list[int]
+    draft_ids: list[int | None]
     draft_q: list[float]
     draft_p: list[float]
     accepted: int
@@ -160,6 +160,7 @@ class StepEvent:
     levels: list[LevelRecord] = field(default_factory=list)
     verify: list[VerifyRecord] = field(default_factory=list)
     tree: TreeRecord | None = None
+    untold: list[str] | None = None
 
     KEYS: ClassVar[dict[str, str]] = {
         "step": "1-based step number",
@@ -167,7 +168,8 @@ class StepEvent:
         "gamma": "the γ budget the policy chose for this step (a tree: its node budget; 0: a plain step)",
         "drafted": "tokens (a tree: nodes) drafted this step: the budget, or fewer at the token limit, at a stop rule or "
                    "where the drafter had no more",
-        "draft_ids": "the drafted token ids (a tree: its nodes, in the order `tree.parents` indexes)",
+        "draft_ids": "the drafted token ids (a tree: its nodes, in the order `tree.parents` indexes; a server's step: `null` "
+                     "where the server does not say)",
         "draft_q": "the draft's probability of each drafted token",
         "draft_p": "the target's probability of each drafted token",
         "accepted": "drafted tokens kept",
@@ -186,17 +188,21 @@ class StepEvent:
                  "`verifications` and `blocks`; `{}` for a plain target step",
         "verify": "a single path's verified positions, one object each (below); empty for a tree step",
         "tree": "a tree step's token tree (below); absent from a single path's step",
+        "untold": "a server's step only: what the server does not report (`rejected_ids`: the rejected drafts' ids, "
+                  "`null` in `draft_ids`; `p`, `q`; `times`: per-step times, zero here)",
     }
     """What each JSON key holds (the docs render this table)."""
 
     def to_dict(self) -> dict:
         """The step as JSON; the levels go under ``extra`` (empty for a plain target step), and a single path's step has no
         ``tree`` key."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("levels", "verify", "tree")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("levels", "verify", "tree", "untold")}
         out["extra"] = {"levels": [asdict(level) for level in self.levels]} if self.levels else {}
         out["verify"] = [v.to_dict() for v in self.verify]
         if self.tree is not None:
             out["tree"] = asdict(self.tree)
+        if self.untold is not None:
+            out["untold"] = list(self.untold)
         return out
 
     @classmethod

@@ -1,4 +1,5 @@
-"""The specviz web app: three tabs (Explore, Compare, Explain) over the shared engine.
+"""The specviz web app: three tabs (Explore, Compare, Explain) over the shared engine, and a fourth (Server) over a
+vLLM server.
 
 ``build_app()`` returns the Blocks (queue configured); ``launch()`` starts it with the theme and CSS
 (gradio 6 takes those in ``launch``) on ``PORT`` / ``GRADIO_SERVER_PORT`` (default 7860).
@@ -18,6 +19,7 @@ from specviz.ui.endpoint import generate
 from specviz.ui.explain import build_explain_tab, explain_update
 from specviz.ui.explore import build_explore_tab
 from specviz.ui.handlers import decode_concurrency
+from specviz.ui.server import build_server_tab
 from specviz.ui.teach import KEYS_JS
 from specviz.viz.render import status_html, token_css
 from specviz.viz.teach import microscope_css
@@ -58,6 +60,8 @@ def build_app() -> gr.Blocks:
                 build_compare_tab(session)
             with gr.Tab("Explain", id="explain") as explain_tab:
                 explain_inputs, explain_outputs = build_explain_tab(session)
+            with gr.Tab("Server", id="server"):
+                build_server_tab()
         explain_tab.select(explain_update, explain_inputs, explain_outputs, api_visibility="private")
         gr.api(generate, api_name="generate", concurrency_id="decode", concurrency_limit=decode_concurrency())
         timer.tick(model_status, None, [models_line, timer], api_visibility="private", queue=False)

@@ -37,6 +37,8 @@ def narrate(event: Mapping, pieces: Mapping[int, str], plain_ms_per_token: float
     words = [f"Step {event['step']}."]
     if event.get("tree") and drafts:
         words.append(tree_narration(event, pieces))
+    elif event.get("untold") and drafts:
+        return server_narration(event, pieces)
     elif not drafts:
         words.append(f"Nothing was drafted: the target ran one plain step and emitted {piece(pieces, emitted[0])}." if emitted
                      else "Nothing was drafted.")
@@ -65,6 +67,23 @@ def narrate(event: Mapping, pieces: Mapping[int, str], plain_ms_per_token: float
     else:
         words.append(f"{took} for {len(emitted)} token{'s' * (len(emitted) != 1)}; no AR baseline to compare with.")
     return " ".join(words)
+
+
+def server_narration(event: Mapping, pieces: Mapping[int, str]) -> str:
+    """A server's step: what it drafted and kept, in the server's own counts, and what it does not tell."""
+    drafts, emitted, kept = list(event["draft_ids"]), list(event["emitted_ids"]), event["accepted"]
+    words = [f"Step {event['step']}. {event['drafter']} drafted {len(drafts)} token{'s' * (len(drafts) != 1)} "
+             f"(γ = {event['gamma']}) and the target kept {kept}"
+             + (f": {', '.join(piece(pieces, t) for t in drafts[:kept])}." if kept else ".")]
+    if len(emitted) > kept:
+        how = "as the bonus token" if kept == len(drafts) else "in place of the first rejected draft"
+        words.append(f"The target then emitted {piece(pieces, emitted[kept])} {how}.")
+    words.append(f"The server does not tell {', '.join(UNTOLD_WORDS.get(u, u) for u in event['untold'])}.")
+    return " ".join(words)
+
+
+UNTOLD_WORDS = {"rejected_ids": "which tokens it rejected", "p": "the target's p", "q": "the draft's q",
+                "times": "the step's time"}
 
 
 def stop_words(token: int, pieces: Mapping[int, str]) -> str:

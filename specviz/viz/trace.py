@@ -83,7 +83,8 @@ def value_at(values: Sequence[float] | None, i: int) -> float | None:
 
 def step_spans(event: dict, context: Sequence[int], decoder: PieceDecoder) -> list[TokenSpan]:
     """Spans of one step: accepted drafts, then rejected / unchecked drafts where they were proposed,
-    then the target's own token (correction, bonus, or a plain target token when nothing was drafted). A tree step
+    then the target's own token (correction, bonus, or a plain target token when nothing was drafted); a draft whose id
+    the server did not tell (``None``) reads as ``?``. A tree step
     reads as its accepted path and the first child rejected below it. A step that ended at a stop token among its
     drafts (it emitted no more tokens than it accepted) ends there."""
     event = along_path(event) if event.get("tree") else event
@@ -99,6 +100,9 @@ def step_spans(event: dict, context: Sequence[int], decoder: PieceDecoder) -> li
             kind = ACCEPT_KINDS.get(reason, "accepted")
         else:
             kind = "rejected" if i == accepted else "unchecked"
+        if tok is None:  # a server does not say which tokens it rejected
+            spans.append(TokenSpan("?", kind, step))
+            continue
         text = decoder.piece(ctx, tok)
         spans.append(TokenSpan(text, kind, step, tok, value_at(event.get("draft_p"), i), value_at(event.get("draft_q"), i),
                                value_at(scores, i)))
