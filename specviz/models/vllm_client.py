@@ -69,14 +69,18 @@ class VllmClient:
             raise ServerError(f"{self.url}{path} did not answer with JSON ({str(exc).splitlines()[0][:80]}): "
                               "is this a vLLM server?") from None
 
-    def served_models(self) -> list[str]:
-        """The model names the server serves (``/v1/models``)."""
+    def _route(self, path: str, absent: str):
+        """The JSON body of GET ``path``; a server without the route raises a ServerError saying ``absent``."""
         try:
-            body = self.request("/v1/models")
+            return self.request(path)
         except HTTPStatusError as exc:
             if exc.code in (404, 405):
-                raise ServerError(f"{self.url} has no /v1/models: it is not an OpenAI-compatible API such as vLLM's") from None
+                raise ServerError(f"{self.url} has no {path}: {absent}") from None
             raise
+
+    def served_models(self) -> list[str]:
+        """The model names the server serves (``/v1/models``)."""
+        body = self._route("/v1/models", "it is not an OpenAI-compatible API such as vLLM's")
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
             raise ServerError(f"{self.url}/v1/models is not an OpenAI model list: is this a vLLM server?")
@@ -84,12 +88,7 @@ class VllmClient:
 
     def version(self) -> str:
         """vLLM's version (``/version``): another OpenAI-compatible server has no such route."""
-        try:
-            body = self.request("/version")
-        except HTTPStatusError as exc:
-            if exc.code in (404, 405):
-                raise ServerError(f"{self.url} has no /version: it is an OpenAI-compatible API, but not vLLM's") from None
-            raise
+        body = self._route("/version", "it is an OpenAI-compatible API, but not vLLM's")
         if not isinstance(body, dict) or not isinstance(body.get("version"), str):
             raise ServerError(f"{self.url}/version does not name a vLLM version: is this a vLLM server?")
         return body["version"]
