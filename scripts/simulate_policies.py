@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 from bench_steps import ROOT, committed
 
+from specviz.core.drafters import SINGLE_PATH
 from specviz.core.policy import Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.methods.policies import ConfidencePolicy, OnlinePolicy
@@ -68,7 +69,7 @@ def record(out: Path) -> None:
         greedy =  Sampler(0.0, 1.0, 0, run.target.lm.device)
         lengths, confidences = [], []
         for t in range(len(answer)):
-            draft = drafter.propose(tokens[:len(run.prompt_ids) + t], DEPTH, greedy)
+            draft = drafter.draft(tokens[:len(run.prompt_ids) + t], DEPTH, DEPTH, SINGLE_PATH, greedy)
             lengths.append(next((i for i, (d, a) in enumerate(zip(draft.ids, answer[t:])) if d != a), min(len(draft.ids), len(answer) - t)))
             confidences.append([round(float(q), 4) for q in draft.q.max(-1).values])
         rows.append({"id": item["id"], "category": item["category"], "answer": answer, "L": lengths, "top_q": confidences,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specviz.analysis.theory import run_theory
-from specviz.core.drafters import ModelDrafter, NGramDrafter
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
@@ -79,7 +79,7 @@ def test_levels_report_the_work_of_each_model(tiny_target, tiny_draft, tiny_midd
 def test_staged_drafter_block_never_exceeds_mu(tiny_target, tiny_draft):
     drafter = StagedDrafter(ModelDrafter(cached_model(tiny_draft)), cached_model(tiny_target), level_gamma=4)
     for mu in range(1, 8):
-        draft = drafter.propose(PROMPTS[0], mu, Sampler())
+        draft = drafter.draft(PROMPTS[0], mu, mu, SINGLE_PATH, Sampler())
         assert 1 <= len(draft.ids) <= mu and draft.q.shape == (len(draft.ids), tiny_target.vocab_size)
 
 

@@ -7,7 +7,7 @@ import torch
 
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import ModelDrafter, NGramDrafter, lookup_continuation
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.metrics import summarize
 from specviz.core.policy import Choice, FixedPolicy, LengthPolicy
@@ -204,4 +204,4 @@ def test_with_draft_selection_the_policys_and_the_selectors_reasons_stay_apart(t
     ([4, 4, 4], 0, []),
 ])
 def test_prompt_lookup(tokens, gamma, expected):
-    assert lookup_continuation(tokens, gamma, max_ngram=3) == expected
+    assert NGramDrafter(max_ngram=3).draft(tokens, gamma, gamma, SINGLE_PATH, Sampler()).ids == expected

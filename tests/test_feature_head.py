@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.core.cache import CachedModel
+from specviz.core.drafters import SINGLE_PATH
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
 from specviz.core.hidden import capture_layers
@@ -56,7 +57,7 @@ def test_drafts_equal_the_training_forward_also_after_rejections(tiny_target, ca
     tokens = PROMPTS[3] + [t for e in events for t in e.emitted_ids]
     for e, before in zip(events, [PROMPTS[3] + [t for x in events[:i] for t in x.emitted_ids] for i in range(len(events))]):
         assert e.draft_ids == expected_drafts(tiny_target, head, before, e.drafted, vocab)
-    assert drafter.propose(tokens, 3, Sampler()).ids == expected_drafts(tiny_target, head, tokens, 3, vocab)
+    assert drafter.draft(tokens, 3, 3, SINGLE_PATH, Sampler()).ids == expected_drafts(tiny_target, head, tokens, 3, vocab)
 
 
 @pytest.mark.parametrize("taps", TAPS)
@@ -95,7 +96,7 @@ def test_sampled_drafts_come_from_their_q_on_the_draft_vocabulary(tiny_target):
     target = cached_model(tiny_target, taps=(1,))
     drafter = FeatureDrafter(random_head(tiny_target), target, vocab)
     target.forward(PROMPTS[0][:-1])
-    draft = drafter.propose(PROMPTS[0], 5, Sampler(1.0, 1.0, seed=3))
+    draft = drafter.draft(PROMPTS[0], 5, 5, SINGLE_PATH, Sampler(1.0, 1.0, seed=3))
     torch.testing.assert_close(draft.q[:, vocab].sum(-1), torch.ones(5))
     assert all(t in vocab and q > 0 for t, q in zip(draft.ids, draft.q_of_ids()))
 
@@ -114,7 +115,7 @@ def test_the_drafter_reads_the_states_its_target_keeps(tiny_target):
     late.rollback(1)
     late.prefill(tokens)
     after = FeatureDrafter(head, late, None)
-    assert after.propose(tokens, 4, Sampler()).ids == before.propose(tokens, 4, Sampler()).ids
+    assert after.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids == before.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids
 
 
 @pytest.mark.parametrize("taps", TAPS)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from specviz.core.drafters import SINGLE_PATH
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, load_head, save_head
 from specviz.models.backends import cached_model
@@ -40,7 +41,7 @@ def test_training_time_test_computes_what_drafting_computes(tiny_target, taps):
     target = cached_model(tiny_target, taps=taps)
     drafter = FeatureDrafter(head, target, vocab)
     target.forward(prompt[:-1])
-    drafts = drafter.propose(prompt, 5, Sampler()).ids
+    drafts = drafter.draft(prompt, 5, 5, SINGLE_PATH, Sampler()).ids
     x = torch.tensor([prompt + drafts])
     tapped, _ = target_states(tiny_target.model, x, taps)
     embed, rows = _rows(tiny_target)
@@ -87,7 +88,7 @@ def test_a_warm_start_drafts_as_the_head_it_came_from(tiny_target, tmp_path):
         target = cached_model(tiny_target, taps=taps)
         drafter = FeatureDrafter(head, target, None)
         target.forward(prompt[:-1])
-        drafts.append(drafter.propose(prompt, 4, Sampler()).ids)
+        drafts.append(drafter.draft(prompt, 4, 4, SINGLE_PATH, Sampler()).ids)
     assert drafts[0] == drafts[1]
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import ModelDrafter
+from specviz.core.drafters import SINGLE_PATH, ModelDrafter
 from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
 from specviz.core.policy import FixedPolicy
@@ -158,7 +158,7 @@ def test_a_draft_with_a_small_vocabulary_never_proposes_outside_it_and_stays_los
     emitted = [t for e in events for t in e.emitted_ids]
     assert any(t not in ids for t in emitted)  # the target still emits tokens the draft cannot propose
     drafter = ModelDrafter(cached_model(with_draft_vocab(tiny_target, ids), full_vocab=False))
-    q = drafter.propose(prompt, 4, Sampler(temperature, 1.0, seed=1)).q
+    q = drafter.draft(prompt, 4, 4, SINGLE_PATH, Sampler(temperature, 1.0, seed=1)).q
     torch.testing.assert_close(q[:, ids].sum(-1), torch.ones(4))  # q lives on the draft vocabulary: what it samples from
     if temperature == 0:
         plain = list(decode(CachedModel(tiny_target), prompt, max_new_tokens=40))

@@ -117,9 +117,9 @@ def test_a_greedy_trees_first_children_are_the_chain_draft(tiny_target, tiny_dra
         FeatureDrafter(random_head(tiny_target, 2, (0, 1)), target, None)
     tokens = PROMPTS[3]
     target.forward(tokens, keep=1)  # the target's states of every position (a model draft ignores them)
-    tree = drafter.propose_tree(tokens, TreeShape(2, "static"), 12, 6, Sampler())
+    tree = drafter.draft(tokens, 12, 6, TreeShape(2, "static"), Sampler())
     chain = [tree.ids[i] for i in range(0, len(tree.ids), 2)]  # static: two chains, nodes interleaved level by level
-    assert chain == drafter.propose(tokens, 6, Sampler()).ids
+    assert chain == drafter.draft(tokens, 6, 6, SINGLE_PATH, Sampler()).ids
 
 
 def test_one_token_prompt_drafts_an_empty_tree_first(tiny_target):
@@ -271,8 +271,8 @@ def test_published_eagle3_head_trees_match_generate(target_models, heads, name, 
         assert sum(len(e.draft_ids) for e in events) > 10
     drafter, tokens = drafter_for(lm, heads[name]), PROMPTS[3]
     drafter.target.forward(tokens, keep=1)
-    tree = drafter.propose_tree(tokens, TreeShape(2, "static"), 8, 4, Sampler())
-    assert [tree.ids[i] for i in range(0, 8, 2)] == drafter.propose(tokens, 4, Sampler()).ids
+    tree = drafter.draft(tokens, 8, 4, TreeShape(2, "static"), Sampler())
+    assert [tree.ids[i] for i in range(0, 8, 2)] == drafter.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids
 
 
 @pytest.mark.parametrize("settings, message", [

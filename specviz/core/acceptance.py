@@ -48,12 +48,6 @@ def reasons_for(accepted: int, drafted: int, kept_as: list[str] | None = None) -
     return kept + tail
 
 
-def one_hot_rows(ids: list[int], vocab: int, device: torch.device) -> torch.Tensor:
-    q = torch.zeros(len(ids), vocab, device=device)
-    q[torch.arange(len(ids)), torch.tensor(ids, device=device)] = 1.0
-    return q
-
-
 @dataclass
 class Checked:
     """What a rule sees for the γ drafted positions: ids, target logits and p (None when the greedy test does not read
@@ -116,7 +110,7 @@ class ExactRule:
         if not draft.tree.is_single_path:
             if type(self) is not ExactRule:
                 raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
-            path, nxt, evidence = verify_tree(draft.tree, draft.q, logits, p, sampler)
+            path, nxt, evidence = verify_tree(draft.tree, None if p is None else draft.q_over(p.shape[-1], p.device), logits, p, sampler)
             reasons = [ACCEPTED if hit else UNCHECKED if hit is None else REJECTED for hit in evidence.accepted]
             return Verdict(path, nxt, reasons, evidence)
         return self._verify_path(draft, logits, p, sampler, states)
@@ -135,7 +129,7 @@ class ExactRule:
             n = read[0]
             reasons = [ACCEPTED if hit else self.name for hit in read[1:1 + n]]
             return Verdict(list(range(n)), read[1 + gamma + n], reasons_for(n, gamma, reasons), Evidence(c, exact, relaxed, None))
-        q = draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device)
+        q = draft.q_over(p.shape[-1], p.device)
         c = Checked(ids, logits[:gamma], p[:gamma], q, sampler.uniform(gamma, p.device), states)
         px, qx = c.px_qx()
         exact = c.u * qx < px

@@ -168,11 +168,9 @@ class CachedModel(Timed):
 
     @torch.inference_mode()
     def verify(self, tokens: list[int], tree: TokenTree) -> Forward:
-        """The decoding loop's forward: the last committed token and the drafted ``tree`` below it, one row each (a single path
-        is fed as a plain sequence). The cache must hold every committed token but the last."""
+        """The decoding loop's forward: the last committed token and the drafted ``tree`` below it, one row each. The
+        cache must hold every committed token but the last."""
         assert self.ids == tokens[:-1], "verify expects the cache to hold every committed token but the last"
-        if tree.is_single_path:
-            return self.forward(tokens + tree.ids, keep=len(tree.ids) + 1)
         return self.forward(tokens, keep=len(tree.ids) + 1, tree=tree)
 
     @torch.inference_mode()
@@ -191,7 +189,9 @@ class CachedModel(Timed):
     def forward(self, tokens: list[int], keep: int = 1, tree: TokenTree | None = None) -> Forward:
         """What the model computes for the last ``keep`` fed rows of ``tokens`` and, if given, the token ``tree`` below
         them: each node attends to ``tokens`` and its ancestors, at position len(tokens) − 1 + its depth (see
-        :class:`Forward`)."""
+        :class:`Forward`). A single path is fed as a plain sequence."""
+        if tree is not None and tree.is_single_path:
+            tokens, tree = tokens + tree.ids, None
         ids, parents = (tree.ids, tree.parents) if tree else ([], [])
         reused = self._cached_tree(tokens, tree) if tree else 0
         n = self._common_prefix(tokens) if not reused else len(tokens)

@@ -2,14 +2,13 @@
 
 The contract follows transformers' ``CandidateGenerator``: :meth:`Drafter.draft` gets the full committed sequence
 (drafters roll their own state back to it) and the step's size, and returns a :class:`Draft`, a token tree
-(:mod:`specviz.core.tree`). Under the run's :class:`~specviz.core.tree.TreeShape` it is grown from the distributions
-the drafter's ``expander`` gives after any node; under :data:`SINGLE_PATH` (a single path is the tree whose every node has one
-child) ``propose`` drafts it token by token.
+(:mod:`specviz.core.tree`). A drafter supplies one thing, its ``expander``: the next-token distributions after a
+frontier of nodes. :func:`~specviz.core.tree.grow_tree` grows every shape from it, a single path
+(:data:`SINGLE_PATH`) being the tree of branch 1, and a stop rule applies to any shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -18,10 +17,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Mark, Stopwatch, Timed
-from specviz.core.tree import MAX_TREE_NODES, Expander, TokenTree, TreeShape, grow_tree
-
-StopRule = Callable[[torch.Tensor], bool]
-"""Called with the draft's distribution for the next token; True stops drafting before that token."""
+from specviz.core.tree import MAX_TREE_NODES, Expander, StopRule, TokenTree, TreeShape, grow_tree
 
 SINGLE_PATH = TreeShape(1, "single-path")
 """The shape of a single-path tree: one child per node, as deep as it has nodes."""
@@ -77,6 +73,16 @@ class Draft:
     def tree(self) -> TokenTree:
         return TokenTree(self.ids, self.parents)
 
+    def q_over(self, vocab: int, device: torch.device) -> torch.Tensor:
+        """q as (nodes, ``vocab``) on ``device``, cut or padded with zeros to the target's vocabulary (a drafter may
+        know fewer tokens); one-hot at the ids for a deterministic proposal."""
+        if self.q is None:
+            q = torch.zeros(len(self.ids), vocab, device=device)
+            q[torch.arange(len(self.ids)), torch.tensor(self.ids, device=device)] = 1.0
+            return q
+        q = self.q.to(device)
+        return torch.nn.functional.pad(q, (0, vocab - q.shape[-1])) if q.shape[-1] < vocab else q[:, :vocab]
+
     def q_of_ids(self) -> list[float]:
         if self.q is None:
             return [1.0] * len(self.ids)
@@ -111,27 +117,16 @@ class Drafter:
     def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
               stop: StopRule | None = None) -> Draft:
         """The step's draft below ``tokens``: at most ``nodes`` nodes in ``depth`` levels grown as ``shape`` says
-        (:func:`step_size`); ``stop`` may end a single path early."""
+        (:func:`step_size`) from the :meth:`expander`; a node whose distribution ``stop`` refuses gets no children."""
         if nodes == 0:
             return Draft([], None, self.name)
-        if shape == SINGLE_PATH:
-            return self.propose(tokens, nodes, sampler, stop)
-        return self.propose_tree(tokens, shape, nodes, depth, sampler)
-
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        """A single path of up to ``gamma`` tokens drafted one after the other."""
-        raise NotImplementedError
+        started = self._started()
+        tree, q = grow_tree(self.expander(tokens, sampler), shape, nodes, depth, sampler, stop)
+        return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
 
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         """The draft's distributions after the nodes of a tree below ``tokens`` (see :data:`specviz.core.tree.Expander`)."""
-        raise NotImplementedError(f"the {self.name} drafter does not draft trees")
-
-    def propose_tree(self, tokens: list[int], shape: TreeShape, nodes: int, depth: int, sampler: Sampler) -> Draft:
-        """A token tree of ``shape`` below ``tokens`` (at most ``nodes`` nodes, ``depth`` levels): one node per id, with
-        its parent and the q it was drawn from."""
-        started = self._started()
-        tree, q = grow_tree(self.expander(tokens, sampler), shape, nodes, depth, sampler)
-        return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
+        raise NotImplementedError
 
     def _watch(self) -> Stopwatch:
         """The stopwatch of this drafter's device (a model-free drafter times on the CPU)."""
@@ -147,28 +142,15 @@ class Drafter:
         passes = sum(m.forwards for m in self.models) - forwards or 1  # a model-free drafter: one lookup pass
         return LevelWork(self.name, "draft", watch, passes, [(start, watch.mark())])
 
-    def _chain(self, next_logits: Callable[[list[int]], torch.Tensor | None], gamma: int, sampler: Sampler,
-               stop: StopRule | None) -> Draft:
-        """A single path drawn one token at a time: ``next_logits(ids)`` gives the draft's logits after the ids drawn so far
-        (None: it cannot go on)."""
-        started, ids, qs = self._started(), [], []
-        while len(ids) < gamma and (logits := next_logits(ids)) is not None:
-            q = sampler.probs(logits)
-            if stop is not None and stop(q):
-                break
-            ids.append(int(sampler.pick(logits, q)))
-            qs.append(q)
-        return Draft(ids, torch.stack(qs) if qs else None, self.name, [self._work(*started)])
-
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
 
     def can_draft(self, tokens: list[int]) -> bool:
-        """Whether ``propose`` would return any token after ``tokens`` (a model always can)."""
+        """Whether a draft after ``tokens`` would hold any token (a model always can)."""
         return True
 
     def blank_levels(self) -> list[LevelWork]:
-        """Empty per-level work, top first, in the shape ``propose`` reports it."""
+        """Empty per-level work, top first, in the shape :meth:`draft` reports it."""
         return [LevelWork(self.name, "draft", self._watch())]
 
 
@@ -191,9 +173,6 @@ class ModelDrafter(Drafter):
     def from_source(cls, name: str, source: object, context) -> ModelDrafter:
         return cls(context.draft_model(name))
 
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        return self._chain(lambda ids: self.model.forward(tokens + ids, keep=1).logits[0], gamma, sampler, stop)
-
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         fed_ids: list[int] = []
         fed_parents: list[int] = []
@@ -213,10 +192,11 @@ class ModelDrafter(Drafter):
         self.model.prefill(tokens)
 
 
-@DRAFTERS.register("Prompt lookup: continue the latest earlier occurrence of the current suffix (no model).")
+@DRAFTERS.register("Prompt lookup: continue the current suffix where it occurred before, the latest occurrence first (no model).")
 class NGramDrafter(Drafter):
-    """Prompt lookup: find the latest earlier occurrence of the current suffix (longest n first) and
-    propose the tokens that followed it. Needs no model; q is one-hot."""
+    """Prompt lookup: the draft's q after a node is :func:`followers_q` of the sequence down to it (the longest
+    suffix of at most ``max_ngram`` tokens that occurred before; the tokens that followed it, the latest occurrence
+    weighing most), so a single path continues the latest match. Needs no model."""
 
     name = "ngram"
 
@@ -231,19 +211,14 @@ class NGramDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        started = self._started()
-        ids = lookup_continuation(tokens, gamma, self.max_ngram, self.min_ngram)
-        return Draft(ids, None, self.name, [self._work(*started)])
-
     def can_draft(self, tokens: list[int]) -> bool:
-        return bool(lookup_continuation(tokens, 1, self.max_ngram, self.min_ngram))
+        return len(followers(torch.tensor(tokens), self.max_ngram, self.min_ngram)) > 0
 
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         vocab = max(tokens) + 1
 
         def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
-            return torch.stack([next_token_counts(tokens + path_to(ids, parents, node), vocab, self.max_ngram, self.min_ngram)
+            return torch.stack([followers_q(torch.tensor(tokens + path_to(ids, parents, node)), vocab, self.max_ngram, self.min_ngram)
                                 for node in new or [-1]])
         return expand
 
@@ -257,27 +232,20 @@ def path_to(ids: list[int], parents: list[int], node: int) -> list[int]:
     return path[::-1]
 
 
-def next_token_counts(tokens: list[int], vocab: int, max_ngram: int, min_ngram: int = 1) -> torch.Tensor:
-    """The n-gram draft's q after ``tokens``: how often each token followed the earlier occurrences of the longest
-    suffix that occurred before (≤ ``max_ngram`` tokens), normalised; all zeros where no suffix did."""
-    counts = torch.zeros(vocab)
-    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
-        suffix = tokens[-n:]
-        for start in range(len(tokens) - n):
-            if tokens[start:start + n] == suffix:
-                counts[tokens[start + n]] += 1
-        if counts.any():
-            return counts / counts.sum()
-    return counts
+def followers(seq: torch.Tensor, max_ngram: int, min_ngram: int = 1) -> torch.Tensor:
+    """The tokens that followed the earlier occurrences of the longest suffix of ``seq`` (≤ ``max_ngram`` tokens) that
+    occurred before, oldest first; none where no suffix of ``min_ngram`` tokens or more did."""
+    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):
+        hits = (seq[:-1].unfold(0, n, 1) == seq[-n:]).all(1).nonzero()[:, 0]
+        if len(hits):
+            return seq[hits + n]
+    return seq[:0]
 
 
-def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int = 1) -> list[int]:
-    """Continuation of the most recent earlier match of the longest matching suffix (≤ γ tokens)."""
-    if gamma <= 0:
-        return []
-    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
-        suffix = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):
-            if tokens[start:start + n] == suffix:
-                return tokens[start + n:start + n + gamma]
-    return []
+def followers_q(seq: torch.Tensor, vocab: int, max_ngram: int, min_ngram: int = 1) -> torch.Tensor:
+    """The n-gram draft's q after ``seq``: the :func:`followers` of its suffix, each occurrence weighing twice the one
+    before it (so the latest occurrence's token is the likeliest), normalised; all zeros where none occurred."""
+    after = followers(seq, max_ngram, min_ngram)
+    weights = torch.pow(2.0, torch.arange(len(after), dtype=torch.float64) - len(after) + 1)
+    q = torch.zeros(vocab, dtype=torch.float64).index_add_(0, after, weights)
+    return (q / q.sum() if len(after) else q).float()

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import torch
 
-from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict, one_hot_rows
+from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict
 from specviz.core.drafters import SINGLE_PATH, Draft, LevelWork
 from specviz.core.policy import Outcome
 from specviz.core.sampling import Sampler
@@ -339,7 +339,7 @@ def verify_records(draft: Draft, verdict: Verdict, p: torch.Tensor, emitted: int
     c, n = ev.checked, verdict.accepted
     m = min(emitted, len(draft.ids))
     rows = torch.arange(m, device=c.ids.device)
-    q = c.q if c.q is not None else (draft.q.to(p.device) if draft.q is not None else one_hot_rows(draft.ids, p.shape[-1], p.device))
+    q = c.q if c.q is not None else draft.q_over(p.shape[-1], p.device)
     px, qx = p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
     k = min(TOP_K, p.shape[-1])
     p_top, q_top = _pairs(p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row

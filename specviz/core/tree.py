@@ -33,9 +33,24 @@ TREE_KINDS = ("dynamic", "static")
 MAX_TREE_NODES = 64
 """The largest node budget of a step (a cache with static shapes keeps this many slots free for the tree)."""
 
-Expander = Callable[[list[int], list[int], list[int]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """Distributions with the token a drafter already drew from each (one child per row): a polybasic level's block,
+    whose tokens come out of its own verification and are distributed as its q."""
+
+    q: torch.Tensor
+    ids: list[int]
+
+
+Expander = Callable[[list[int], list[int], list[int]], "torch.Tensor | Drawn"]
 """``expand(ids, parents, new)``: the draft's q (len(new), vocab) after each node in ``new`` of the tree (ids, parents)
-so far; with ``new`` empty, the q (1, vocab) after the committed tokens. A node is expanded after its parent."""
+so far; with ``new`` empty, the q (1, vocab) after the committed tokens. A node is expanded after its parent. A row of
+zeros: nothing can follow that node. Every drafter drafts through one (:func:`grow_tree`)."""
+
+StopRule = Callable[[torch.Tensor], bool]
+"""Called with the draft's distribution after a node (or the root); True: that node gets no children."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +112,14 @@ def children(q: torch.Tensor, k: int, sampler: Sampler) -> tuple[list[int], list
     their ids, their draw keys (log q, plus the Gumbel noise when sampling; decreasing) and the distribution each was
     drawn from (q without the tokens drawn before it, renormalised)."""
     q = q.float()
+    if k == 1:  # a single path: the top (or a draw) and q itself, with no copy of the vocabulary
+        top = q.topk(1) if sampler.greedy else _gumbel_top(q, 1, sampler)
+        return ([], [], q[:0]) if float(top.values[0]) <= 0 else (top.indices.tolist(), top.values.log().tolist(), q[None])
     n = min(k, int((q > 0).sum()))
     if sampler.greedy:
         top = q.topk(n)
-    else:  # q / E with E ~ Exp(1) orders the tokens as log q + Gumbel noise does, with no log over the vocabulary
-        noise = torch.empty(q.shape, device=sampler.generator.device).exponential_(generator=sampler.generator)
-        top = (q / noise.to(q.device)).topk(n)
+    else:
+        top = _gumbel_top(q, n, sampler)
     ids = top.indices.tolist()
     stages = q.expand(len(ids), -1).clone()
     for j in range(1, len(ids)):
@@ -110,16 +127,27 @@ def children(q: torch.Tensor, k: int, sampler: Sampler) -> tuple[list[int], list
     return ids, top.values.log().tolist(), stages / stages.sum(-1, keepdim=True)
 
 
-def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler) -> tuple[TokenTree, torch.Tensor]:
+def _gumbel_top(q: torch.Tensor, k: int, sampler: Sampler):
+    """The k tokens of a Gumbel-top-k draw from q: q / E with E ~ Exp(1) orders the tokens as log q + Gumbel noise
+    does, with no log over the vocabulary (the keys returned are q / E)."""
+    noise = torch.empty(q.shape, device=sampler.generator.device).exponential_(generator=sampler.generator)
+    return (q / noise.to(q.device)).topk(k)
+
+
+def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler,
+              stop: StopRule | None = None) -> tuple[TokenTree, torch.Tensor | None]:
     """A tree of ``shape`` with at most ``nodes`` nodes and ``depth`` levels drawn from the draft's distributions
-    (:data:`Expander`), and the distribution each node was drawn from (nodes, vocab)."""
+    (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
+    for no node). A node whose distribution ``stop`` refuses gets no children."""
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
     qs: list[torch.Tensor] = []
 
-    def add(parent: int, q: torch.Tensor, k: int) -> list[int]:
-        drawn, key, stages = children(q, k, sampler)
+    def add(parent: int, q: torch.Tensor, k: int, token: int | None = None) -> list[int]:
+        if stop is not None and stop(q):
+            return []
+        drawn, key, stages = children(q, k, sampler) if token is None else ([token], [float(q[token].log())], q[None])
         cap = keys[parent] if parent >= 0 else 0.0
         for token, x, stage in zip(drawn, key, stages):
             cap = min(cap, (keys[parent] if parent >= 0 else 0.0) + x)
@@ -129,9 +157,13 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
             qs.append(stage)
         return list(range(len(ids) - len(drawn), len(ids)))
 
+    def rows(out: torch.Tensor | Drawn) -> list[tuple[torch.Tensor, int | None]]:
+        return list(zip(out.q, out.ids)) if isinstance(out, Drawn) else [(row, None) for row in out]
+
     static = shape.kind == "static"
     width = min(shape.branch, nodes)
-    level = add(-1, expand([], [], [])[0], width)
+    (q, token), = rows(expand([], [], []))
+    level = add(-1, q, width, token)
     for _ in range(depth - 1):
         if static:
             frontier = level[: nodes - len(ids)]
@@ -141,18 +173,19 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
                 break  # no deeper node could enter the budget's best
         if not frontier:
             break
-        q = expand(ids, parents, frontier)
-        level = [n for node, row in zip(frontier, q) for n in add(node, row, 1 if static else shape.branch)]
+        level = [n for node, (q, token) in zip(frontier, rows(expand(ids, parents, frontier)))
+                 for n in add(node, q, 1 if static else shape.branch, token)]
     keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: nodes])
     index = {old: new for new, old in enumerate(keep)}
     return (TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]),
-            torch.stack([qs[n] for n in keep]) if keep else torch.zeros(0, 0))
+            torch.stack([qs[n] for n in keep]) if keep else None)
 
 
-def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch.Tensor | None,
+def verify_tree(tree: TokenTree, q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None,
                 sampler: Sampler) -> tuple[list[int], int, TreeEvidence]:
     """The accepted path (node indices, root down), the target's token after it and the evidence, for ``tree`` scored
-    to ``logits`` and ``p`` (rows: root, then each node; None when greedy, which reads the logits alone). Greedy is one
+    to ``logits`` and ``p`` (rows: root, then each node) against the draft's ``q`` over the same vocabulary (both None
+    when greedy, which reads the logits alone). Greedy is one
     vectorised test and one device read."""
     n = len(tree.ids)
     kids: list[list[int]] = [[] for _ in range(n + 1)]
@@ -180,8 +213,6 @@ def verify_tree(tree: TokenTree, q: torch.Tensor, logits: torch.Tensor, p: torch
         read = torch.cat([best, hit.long()]).tolist()  # the step's one device read
         path, row = descend(lambda c: bool(read[n + 1 + c]))
         return path, read[row], TreeEvidence(accepted)
-    q = q.to(p.device)
-    q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1])) if q.shape[-1] < p.shape[-1] else q[:, : p.shape[-1]]
     qx = q[torch.arange(n, device=q.device), torch.tensor(tree.ids, dtype=torch.long, device=q.device)].tolist()
     px: list[float | None] = [None] * n
     us: list[float | None] = [None] * n

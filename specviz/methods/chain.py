@@ -18,8 +18,9 @@ import torch
 
 from specviz.core.acceptance import ExactRule, Verdict
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import Draft, Drafter, LevelWork, StopRule
+from specviz.core.drafters import SINGLE_PATH, Draft, Drafter, LevelWork
 from specviz.core.sampling import Sampler
+from specviz.core.tree import Drawn, Expander, StopRule, TreeShape, grow_tree
 
 DEFAULT_LEVEL_GAMMA = 4
 
@@ -37,27 +38,46 @@ class StagedDrafter(Drafter):
         self.verifier.prefill(tokens)
         self.inner.prefill(tokens)
 
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
+    def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
+              stop: StopRule | None = None) -> Draft:
+        """A block of up to ``nodes`` tokens grown as a single path: its tokens are what this level kept of the inner
+        drafts and its own corrections, each with this level's distribution as q; ``stop`` applies to the inner drafts."""
+        if shape != SINGLE_PATH:
+            raise ValueError("a polybasic chain drafts single paths, not token trees")
+        if nodes == 0:
+            return Draft([], None, self.name)
+        mine, *below = self.blank_levels()
+        tree, q = grow_tree(self._expander(tokens, nodes, sampler, stop, mine, below), shape, nodes, depth, sampler)
+        return Draft(tree.ids, q, self.name, [mine, *below])
+
+    def _expander(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None, mine: LevelWork,
+                  below: list[LevelWork]) -> Expander:
+        """The block's rows, one per node: each round the inner drafter drafts up to K tokens after the block so far,
+        this level verifies them and the block grows by what it kept plus its own token; a rejection ends the block."""
         block: list[int] = []
         qs: list[torch.Tensor] = []
-        mine, *below = self.blank_levels()
-        while len(block) < gamma:
-            seq = tokens + block
-            draft = self._inner_draft(seq, min(self.level_gamma, gamma - len(block) - 1), sampler, stop, below)
-            verdict, p = self._verify(seq, draft, sampler, mine)
-            n = verdict.accepted
-            block += draft.ids[:n] + [verdict.next_token]
-            qs.append(p[: n + 1])
-            mine.verifications.append([len(draft.ids), n + 1])
-            mine.blocks.append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
-            if n < len(draft.ids):
-                break
-        return Draft(block, torch.cat(qs), self.name, [mine, *below])
+        ended = False
+
+        def expand(ids: list[int], parents: list[int], new: list[int]) -> Drawn | torch.Tensor:
+            nonlocal ended
+            at = len(ids)
+            if at == len(block) and not ended and at < gamma:
+                seq = tokens + block
+                draft = self._inner_draft(seq, min(self.level_gamma, gamma - at - 1), sampler, stop, below)
+                verdict, p = self._verify(seq, draft, sampler, mine)
+                n = verdict.accepted
+                block.extend(draft.ids[:n] + [verdict.next_token])
+                qs.append(p[: n + 1])
+                mine.verifications.append([len(draft.ids), n + 1])
+                mine.blocks.append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
+                ended = n < len(draft.ids)
+            if at >= len(block):
+                return torch.zeros(1, self.verifier.vocab_size)
+            return Drawn(torch.cat(qs)[at: at + 1], block[at: at + 1])
+        return expand
 
     def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, below: list[LevelWork]) -> Draft:
-        if k <= 0:
-            return Draft([], None, self.inner.name)
-        draft = self.inner.propose(seq, k, sampler, stop)
+        draft = self.inner.draft(seq, k, k, SINGLE_PATH, sampler, stop)
         for total, part in zip(below, draft.levels):
             total.merge(part)
         return draft

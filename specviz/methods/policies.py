@@ -14,7 +14,9 @@ import random
 from collections import defaultdict
 from functools import partial
 
-from specviz.core.drafters import Drafter, lookup_continuation
+import torch
+
+from specviz.core.drafters import Drafter, followers
 from specviz.core.policy import MAX_GAMMA, Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
 from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates
@@ -61,7 +63,7 @@ class CacheFSMPolicy(FSMPolicy):
         self.long_gamma, self.ngram, self.hit = long_gamma, ngram, False
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
-        hit = bool(lookup_continuation(tokens, 1, self.ngram, self.ngram))
+        hit = len(followers(torch.tensor(tokens), self.ngram, self.ngram)) > 0
         gamma = self.long_gamma if hit else self.gamma
         return Choice(gamma, partial(dict, policy=self.name, gamma=gamma, suffix_seen_before=hit))
 

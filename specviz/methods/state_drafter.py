@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from specviz.core.cache import CachedModel, TreeRows
-from specviz.core.drafters import Draft, Drafter, StopRule
+from specviz.core.drafters import Drafter
 from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
 from specviz.core.tree import Expander, ancestry, depths
@@ -88,16 +88,6 @@ class StateDrafter(Drafter):
         return self._run(self._state(self.target.states(valid, upto)), tokens[valid + 1:upto + 1], valid)[-1:]
 
     @torch.inference_mode()
-    def propose(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None = None) -> Draft:
-        n, state = len(tokens) - 1, None
-
-        def next_logits(ids: list[int]) -> torch.Tensor | None:
-            nonlocal state
-            state = self._catch_up(tokens, n) if not ids else self._run(state, ids[-1:], n + len(ids) - 1)
-            return None if state is None else self._logits(state)[0]
-        return self._chain(next_logits, gamma, sampler, stop)
-
-    @torch.inference_mode()
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
         n = len(tokens) - 1
         return state_expander(self._catch_up(tokens, n), n, self._run, self._logits, self.target.vocab_size, sampler)
@@ -129,9 +119,12 @@ def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[tor
             slot[m] = len(fed_parents)
             fed_parents.append(slot[parents[m]] if parents[m] >= 0 else -1)
         k = len(new)
-        visible = torch.cat([torch.ones(k, committed, dtype=torch.bool), ancestry(fed_parents)[-k:]], 1)
-        out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k,
-                  TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible))
+        rows = None  # a single path: its slots are its positions, attending causally
+        if fed_parents != list(range(-1, len(fed_parents) - 1)):
+            visible = torch.cat([torch.ones(k, committed, dtype=torch.bool), ancestry(fed_parents)[-k:]], 1)
+            rows = TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible)
+        out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k, rows)
         outs.extend(out.split(1))
         return sampler.probs(logits(out))
     return expand
+
