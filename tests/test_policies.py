@@ -267,11 +267,27 @@ def test_selector_pools_the_verify_cost_over_drafters():
     sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
     sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
     sel.observe(event(4, 0, verify_ms=40.0, drafter="b"))
-    assert sel.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0), {2: 30.0, 4: 40.0})
+    assert sel.estimates.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0), {2: 30.0, 4: 40.0})
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     pick = sel.choose([a, b], [])
     assert pick.drafter.name == "a" and pick.why()["acc"] == {"a": 0.95, "b": 0.0}
+
+
+def test_the_policy_reads_the_selectors_estimates_of_each_drafter():
+    a, b = named("a"), named("b")
+    sel = OnlineSelector(priors={"a": 0.3, "b": 0.6}, prior_weight=2.0)
+    policy = PerDrafterPolicy(lambda: OnlinePolicy(gamma=2, estimates=sel.estimates))
+    outcomes = [event(0, 0, verify_ms=20.0, drafter="target"), event(4, 3, draft_ms=2.0, verify_ms=30.0, drafter="a"),
+                event(4, 4, draft_ms=2.0, verify_ms=30.0, drafter="b"), event(3, 1, draft_ms=2.0, verify_ms=28.0, drafter="a")]
+    for outcome in outcomes:
+        policy.choose(a, []), policy.choose(b, [])
+        policy.observe(outcome)  # the policy hands every step over too: the estimates file it once
+        sel.observe(outcome)
+    assert len(sel.estimates.histories["a"].drafted()) == 2 and len(sel.estimates.verify.drafted()) == 3
+    for d in (a, b):
+        chosen = sel.choose([d], []).why()["acc"][d.name]
+        assert policy.choose(d, []).why()["acc"] == chosen == sel.acceptance(d.name)
 
 
 def test_selector_skips_an_ngram_drafter_without_a_match():
@@ -338,7 +354,7 @@ def test_per_drafter_online_policies_share_the_targets_timing():
     assert policy.choose(b, []).gamma > 0  # b learnt the plain cost from a's plain step
     assert policy.choose(a, []).gamma > 0
     policy.observe(event(0, 0, drafter="target"))  # the selector's plain step reaches every policy
-    assert all(len(p.verify.plain) == 2 for p in policy.policies.values())
+    assert all(len(p.estimates.verify.plain) == 2 for p in policy.policies.values())
     c = SimpleNamespace(name="c")
     policy.choose(c, [])  # a policy built later learns from the steps before it
-    assert len(policy.policies["c"].verify.plain) == 2
+    assert len(policy.policies["c"].estimates.verify.plain) == 2

@@ -4,7 +4,8 @@ a :class:`FirstDraft` selector says which drafter drafts (``specviz.methods.sele
 
 Before each step the selector's ``choose`` returns a :class:`Pick` and the policy's a :class:`Choice`, each with its
 reasons (built only if the step is recorded), which the engine attaches to the step apart; after it both learn from
-the step's :class:`Outcome`. γ policies register in :data:`~specviz.core.registry.GAMMA_POLICIES` and are built with ``from_gamma(gamma)``.
+the step's :class:`Outcome`. γ policies register in :data:`~specviz.core.registry.GAMMA_POLICIES` and are built with
+``from_gamma(gamma, estimates)``.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class LengthPolicy:
         self.gamma = gamma
 
     @classmethod
-    def from_gamma(cls, gamma: int) -> LengthPolicy:
-        """The registry's protocol: a policy from the run's γ setting."""
+    def from_gamma(cls, gamma: int, estimates: object | None = None) -> LengthPolicy:
+        """The registry's protocol: a policy from the run's γ setting and the run's shared estimates of each drafter
+        (``specviz.methods.estimation.Estimates``, for a policy that reads them; None: its own if it needs any)."""
         return cls(gamma)
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:

@@ -19,14 +19,6 @@ def outcome_of(event) -> Outcome:
                    len(event.emitted_ids), event.total_ms - event.spans["recording"], depth, event.drafter)
 
 
-def file_step(outcome: Outcome, histories: dict[str, History], verify: History) -> None:
-    """Record a finished step: ``verify`` times the target on every step (its cost does not depend on who
-    drafted, and plain steps count), a drafter's own history gets the steps it drafted."""
-    verify.add(outcome)
-    if outcome.drafted:
-        histories[outcome.drafter].add(outcome)
-
-
 class History:
     """The last ``h`` steps of one drafter, with the paper's estimates over them."""
 
@@ -99,6 +91,34 @@ class History:
 
     def plain_ms(self) -> float | None:
         return sum(self.plain) / len(self.plain) if self.plain else None
+
+
+class Estimates:
+    """A run's estimates: one :class:`History` per drafter and one of the target's verify cost, shared by the γ policy
+    and the draft selector, so that both read the same acceptance and costs of a drafter. The acceptance is the
+    censored MLE shrunk towards the drafter's prior (the acceptance predicted from its prompt, from ``priors``; else
+    ``prior``; None: the plain MLE) by ``prior_weight`` pseudo-observations. Whoever builds the estimates files the steps into them
+    (:meth:`file`): the selector under draft selection, else the policy."""
+
+    def __init__(self, h: int = 20, acc_max: float = 0.95, priors: dict[str, float] | None = None,
+                 prior: float | None = 0.5, prior_weight: float = 1.0):
+        self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
+        self.verify = History(h, acc_max)
+        self.acc_max, self.priors, self.prior, self.prior_weight = acc_max, priors or {}, prior, prior_weight
+
+    def prior_of(self, name: str) -> float | None:
+        return self.priors.get(name, self.prior)
+
+    def acceptance(self, name: str) -> float | None:
+        """The drafter's acceptance rate per token (a tree: per depth), capped at Acc_max."""
+        return self.histories[name].acceptance(self.prior_of(name), self.prior_weight)
+
+    def file(self, outcome: Outcome) -> None:
+        """Record a finished step: the verify cost learns from every step (it does not depend on who drafted, and plain
+        steps count), a drafter's own history from the steps it drafted."""
+        self.verify.add(outcome)
+        if outcome.drafted:
+            self.histories[outcome.drafter].add(outcome)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ step was rejected looks useless on that one step; waiting 8 steps cost an eighth
 from __future__ import annotations
 
 import random
-from collections import defaultdict
 from functools import partial
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from specviz.core.drafters import Drafter, followers
 from specviz.core.policy import MAX_GAMMA, Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates
+from specviz.methods.estimation import Estimates, ProbeSchedule, predicted_rates
 
 
 @GAMMA_POLICIES.register("+1 after a fully accepted step, −1 after a rejection.", ("gamma",))
@@ -80,7 +79,7 @@ class ConfidencePolicy(LengthPolicy):
         self.threshold = threshold
 
     @classmethod
-    def from_gamma(cls, gamma: int) -> ConfidencePolicy:
+    def from_gamma(cls, gamma: int, estimates: object | None = None) -> ConfidencePolicy:
         """Its γ is a maximum, γ_max, whatever the run's γ: the confidence stop decides the length."""
         return cls()
 
@@ -104,21 +103,26 @@ class OnlinePolicy(LengthPolicy):
 
     The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
     censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
-    single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's."""
+    single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's. Given
+    the run's shared :class:`Estimates` (draft selection), it reads those, filed by the selector."""
 
     name = "online"
 
     def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA, h: int = 20, acc_max: float = 0.95, probe: int = 2,
-                 prior: float = 0.5, prior_weight: float = 1.0):
+                 prior: float = 0.5, prior_weight: float = 1.0, estimates: Estimates | None = None):
         super().__init__(gamma)
-        self.gamma_max, self.prior, self.prior_weight = max(gamma_max, gamma), prior, prior_weight  # a tree's budget may pass γ's range
-        self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
-        self.verify = History(h, acc_max)
+        self.gamma_max = max(gamma_max, gamma)  # a tree's budget may pass γ's range
+        self.files = estimates is None  # shared estimates are filed by the selector that built them
+        self.estimates = estimates or Estimates(h, acc_max, prior=prior, prior_weight=prior_weight)
         self.probes = ProbeSchedule(probe)
 
+    @classmethod
+    def from_gamma(cls, gamma: int, estimates: object | None = None) -> OnlinePolicy:
+        return cls(gamma, estimates=estimates)
+
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
-        hist = self.histories[drafter.name]
-        acc, a_q, b_p = hist.acceptance(self.prior, self.prior_weight), hist.draft_ms_per_token(), self.verify.verify_model()
+        hist = self.estimates.histories[drafter.name]
+        acc, a_q, b_p = self.estimates.acceptance(drafter.name), hist.draft_ms_per_token(), self.estimates.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             return Choice(self.gamma, partial(dict, policy=self.name, gamma=self.gamma, reason="no history yet: initial γ"))
         rates = predicted_rates(acc, a_q, b_p, self.gamma_max, depth=hist.depth_of)
@@ -136,10 +140,12 @@ class OnlinePolicy(LengthPolicy):
                                      "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason})
 
     def observe(self, outcome: Outcome) -> None:
-        file_step(outcome, self.histories, self.verify)
+        if self.files:
+            self.estimates.file(outcome)
 
     def observe_target(self, outcome: Outcome) -> None:
-        self.verify.add(outcome)
+        if self.files:
+            self.estimates.verify.add(outcome)
 
 
 @GAMMA_POLICIES.register("Q-learning over γ, rewarded with tokens per second.")
@@ -173,6 +179,7 @@ class RLPolicy(LengthPolicy):
         self.state = outcome.accepted == outcome.drafted
 
 
-def make_policy(name: str, gamma: int) -> LengthPolicy:
-    """The registered γ policy ``name`` with initial (or fixed) γ ``gamma``."""
-    return GAMMA_POLICIES[name].from_gamma(gamma)
+def make_policy(name: str, gamma: int, estimates: Estimates | None = None) -> LengthPolicy:
+    """The registered γ policy ``name`` with initial (or fixed) γ ``gamma``, reading the run's shared ``estimates`` if it
+    reads any."""
+    return GAMMA_POLICIES[name].from_gamma(gamma, estimates)

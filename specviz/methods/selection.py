@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
 
 from specviz.core.drafters import Drafter
 from specviz.core.policy import MAX_GAMMA, Choice, FirstDraft, LengthPolicy, Outcome, Pick
-from specviz.methods.estimation import History, ProbeSchedule, file_step, predicted_rates
+from specviz.methods.estimation import Estimates, ProbeSchedule, predicted_rates
 
 
 class PerDrafterPolicy(LengthPolicy):
@@ -39,8 +38,9 @@ class PerDrafterPolicy(LengthPolicy):
 class OnlineSelector(FirstDraft):
     """Pick the drafter with the best predicted throughput max_γ G(γ) (their draft-model selection).
 
-    Acceptance per drafter is the censored MLE over its own last ``h`` steps, shrunk towards its ``prior``
-    (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations; the target's
+    Acceptance per drafter is the censored MLE over its own last ``h`` steps, shrunk towards its prior
+    (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations (the run's
+    :class:`Estimates`, which it files and the γ policy reads too); the target's
     verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
     (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
     known once it has drafted. A drafter that has not drafted yet is explored only while it could still win:
@@ -54,16 +54,16 @@ class OnlineSelector(FirstDraft):
 
     def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = MAX_GAMMA,
                  priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2):
-        self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
-        self.verify = History(h, acc_max)
-        self.explore, self.gamma_max, self.priors, self.prior_weight = explore, gamma_max, priors or {}, prior_weight
+        self.estimates = Estimates(h, acc_max, priors, prior=None, prior_weight=prior_weight)
+        self.explore, self.gamma_max = explore, gamma_max
         self.probes = ProbeSchedule(probe)
 
     def acceptance(self, name: str) -> float | None:
-        return self.histories[name].acceptance(self.priors.get(name), self.prior_weight)
+        return self.estimates.acceptance(name)
 
     def predicted(self, drafter: Drafter) -> float | None:
-        acc, a_q, b_p = self.acceptance(drafter.name), self.histories[drafter.name].draft_ms_per_token(), self.verify.verify_model()
+        est = self.estimates
+        acc, a_q, b_p = est.acceptance(drafter.name), est.histories[drafter.name].draft_ms_per_token(), est.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             return None
         return max(predicted_rates(acc, a_q, b_p, self.gamma_max, 1).values())
@@ -71,10 +71,10 @@ class OnlineSelector(FirstDraft):
     def could_win(self, drafter: Drafter, best_measured: float | None) -> bool:
         """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would reach
         ``best_measured``, the best predicted rate of the drafters that have drafted (None: nothing measured yet)."""
-        b_p = self.verify.verify_model()
+        b_p = self.estimates.verify.verify_model()
         if best_measured is None or b_p is None:
             return True
-        acc = self.priors.get(drafter.name, self.histories[drafter.name].acc_max)
+        acc = self.estimates.priors.get(drafter.name, self.estimates.acc_max)
         return max(predicted_rates(acc, 0.0, b_p, self.gamma_max, 1).values()) >= best_measured
 
     def choose(self, drafters: list[Drafter], tokens: list[int]) -> Pick:
@@ -88,15 +88,15 @@ class OnlineSelector(FirstDraft):
         if not ready:
             return pick(None, "no drafter has a proposal: plain step")
         drafters = ready
-        steps = {d.name: len(self.histories[d.name].drafted()) for d in drafters}
+        steps = {d.name: len(self.estimates.histories[d.name].drafted()) for d in drafters}
         best_measured = None
         if not all(steps.values()):  # someone has not drafted yet: is it worth a try?
             best_measured = max((r for d in drafters if steps[d.name] and (r := self.predicted(d)) is not None), default=None)
         fresh = [d for d in drafters if steps[d.name] < self.explore and (steps[d.name] or self.could_win(d, best_measured))]
-        fresh.sort(key=lambda d: -self.priors.get(d.name, 0.0))  # predicted-best first
+        fresh.sort(key=lambda d: -self.estimates.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
             return pick(fresh[0], "exploring: too little history")
-        b_p = self.verify.verify_model()
+        b_p = self.estimates.verify.verify_model()
         if b_p is None or b_p.plain is None:
             return pick(None, "timing a plain step: not measured yet")
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
@@ -111,4 +111,4 @@ class OnlineSelector(FirstDraft):
         return pick(None, "no drafter beats a plain step", **notes)
 
     def observe(self, outcome: Outcome) -> None:
-        file_step(outcome, self.histories, self.verify)
+        self.estimates.file(outcome)

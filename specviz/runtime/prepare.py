@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -14,12 +15,13 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import SINGLE_PATH, Drafter
 from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
-from specviz.core.policy import FirstDraft, LengthPolicy
+from specviz.core.policy import FirstDraft
 from specviz.core.record import StepEvent
-from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES
+from specviz.core.registry import ACCEPT_RULES, DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TreeShape
 from specviz.methods.chain import build_chain
+from specviz.methods.policies import make_policy
 from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
@@ -102,14 +104,12 @@ class PreparedRun:
 
     def events(self, record: bool = True) -> Iterator[StepEvent]:
         """The decode's steps; without ``record`` they leave out what only the views read (see ``decode``)."""
-        def policy() -> LengthPolicy:  # a tree's node budget is --tree-nodes: validate() refuses another --gamma with it
-            return GAMMA_POLICIES[self.config.gamma_policy].from_gamma(self.config.tree_nodes or self.config.gamma)
-
-        selector, length = FirstDraft(), policy()
-        if len(self.drafters) > 1:
+        gamma = self.config.tree_nodes or self.config.gamma  # a tree's node budget: validate() refuses another --gamma with it
+        selector, length = FirstDraft(), make_policy(self.config.gamma_policy, gamma)
+        if len(self.drafters) > 1:  # the selector's estimates are the policies' too
             predictor = AcceptancePredictor.load()
             selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
-            length = PerDrafterPolicy(policy)
+            length = PerDrafterPolicy(partial(make_policy, self.config.gamma_policy, gamma, selector.estimates))
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
                       policy=length, selector=selector, sampler=self.sampler,
                       max_new_tokens=self.config.max_new_tokens, stop_ids=self.stop_ids, tree=tree_shape(self.config),
