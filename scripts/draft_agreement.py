@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
 from specviz.analysis.suites import load_suite
-from specviz.core.hidden import capture_layers
+from specviz.core.hidden import layer_outputs
 from specviz.methods.feature_head import is_feature_head, load_head, tap_states
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.paths import ASSETS
@@ -38,8 +38,7 @@ def predictor(path: Path, target):
     rows = target.lm_head.weight[vocab]
 
     def guess(seq, n):  # the head at i reads the target's states at i and token i+1, and guesses token i+2
-        with capture_layers(target, head.taps) as outputs:
-            target(input_ids=seq)
+        _, outputs = layer_outputs(target, head.taps, input_ids=seq)
         states = head.state(tap_states(outputs, head.taps, target))
         out = head(states[:, :-1], F.embedding(seq[:, 1:], target.model.embed_tokens.weight))[0, n - 2:-1]
         return vocab[(out @ rows.T).argmax(-1)]

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from bench_steps import refuse_other_settings  # noqa: E402
 
+from specviz.core.hidden import last_layer  # noqa: E402
 from specviz.methods.judge import JudgeHead, default_head_path  # noqa: E402
 from specviz.models.backends import cached_model
 from specviz.runtime.bank import ModelBank
@@ -34,7 +35,8 @@ def main(out: Path) -> None:
     refuse_other_settings(out, reproduce, settings, f"{REPEATS} interleaved repeats")
     run = prepare(DecodeConfig(method="ar", max_new_tokens=8), "Explain why the sky is blue.", ModelBank())
     lm = run.target.lm
-    models = {capture: cached_model(lm, run.target.vocab_size, prenorm=capture) for capture in (False, True)}
+    taps = {False: (), True: (last_layer(lm.model),)}
+    models = {capture: cached_model(lm, run.target.vocab_size, taps=taps[capture]) for capture in (False, True)}
     head = JudgeHead.load(default_head_path(lm.name), lm.name, lm.model.config.hidden_size)
     tokens = run.prompt_ids + [42] * GAMMA
     draft_ids = torch.tensor(tokens[-GAMMA:])

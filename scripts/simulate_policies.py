@@ -65,7 +65,8 @@ def record(out: Path) -> None:
         answer = [t for e in run.events() for t in e.emitted_ids][:NEW_TOKENS]
         tokens = run.prompt_ids + answer
         drafter = run.drafters[0]
-        run.target.forward(tokens, keep=1)  # the target's states at every answer position
+        tail = run.target.forward(tokens, keep=1)  # the target's states at every answer position
+        drafter.read_states(tail.start, tail.layers)
         greedy =  Sampler(0.0, 1.0, 0, run.target.lm.device)
         lengths, confidences = [], []
         for t in range(len(answer)):

@@ -108,7 +108,8 @@ def RandomHead(hidden: int, bias: float = 0.0, scale: float = 1.0, confidence: b
 
 
 def relaxed_run(target, draft, rule, temperature, seed=0, n=24):
-    events = list(decode(cached_model(target, prenorm=rule.needs_states), [5, 17, 3, 9], drafters=[ModelDrafter(cached_model(draft))],
+    verifier = cached_model(target, taps=rule.reads_layers(target.model.config.num_hidden_layers))
+    events = list(decode(verifier, [5, 17, 3, 9], drafters=[ModelDrafter(cached_model(draft))],
                          rule=rule, policy=FixedPolicy(4), sampler=Sampler(temperature, 1.0, seed), max_new_tokens=n))
     return [t for e in events for t in e.emitted_ids], events
 

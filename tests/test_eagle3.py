@@ -147,7 +147,7 @@ def test_sampling_with_a_published_head_matches_the_target_distribution(tmp_path
 def test_sampled_drafts_come_from_q_on_the_draft_vocabulary(target_models, heads):
     lm = target_models["llama"]
     drafter = drafter_for(lm, heads["eagle"])
-    drafter.target.forward(PROMPTS[0][:-1])
+    drafter.read_states(0, drafter.target.forward(PROMPTS[0][:-1]).layers)
     draft = drafter.draft(PROMPTS[0], 5, 5, SINGLE_PATH, Sampler(1.0, 1.0, 3, lm.device))
     raw = load_file(str(heads["eagle"] / "model.safetensors"))
     ids = (torch.arange(raw["d2t"].shape[0], device="cpu") + raw["d2t"]).tolist()

@@ -9,7 +9,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import SINGLE_PATH
 from specviz.core.engine import decode
 from specviz.core.errors import ModelLoadError
-from specviz.core.hidden import capture_layers
+from specviz.core.hidden import layer_outputs
 from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.methods.feature_head import FeatureDrafter, FeatureHead, head_dtype, is_feature_head, load_head, save_head, tap_states
@@ -34,8 +34,8 @@ def random_head(lm, seed: int = 0, taps: tuple[int, ...] = (1,)) -> FeatureHead:
 def expected_drafts(lm, head: FeatureHead, tokens: list[int], gamma: int, vocab: list[int]) -> list[int]:
     """Greedy drafts computed with the head's training forward over whole sequences: the target's states for
     the committed tokens, then the head's own estimates, one more position per draft."""
-    with torch.inference_mode(), capture_layers(lm.model, head.taps) as outputs:
-        lm.model(input_ids=torch.tensor([tokens]))
+    with torch.inference_mode():
+        _, outputs = layer_outputs(lm.model, head.taps, input_ids=torch.tensor([tokens]))
         states = head.state(tap_states(outputs, head.taps, lm.model))[0, : len(tokens) - 1]
         embed, rows, nexts = lm.model.model.embed_tokens.weight, lm.model.lm_head.weight[vocab], tokens[1:]
         drafts = []
@@ -95,27 +95,25 @@ def test_sampled_drafts_come_from_their_q_on_the_draft_vocabulary(tiny_target):
     vocab = list(range(0, 96, 2))
     target = cached_model(tiny_target, taps=(1,))
     drafter = FeatureDrafter(random_head(tiny_target), target, vocab)
-    target.forward(PROMPTS[0][:-1])
+    drafter.read_states(0, target.forward(PROMPTS[0][:-1]).layers)
     draft = drafter.draft(PROMPTS[0], 5, 5, SINGLE_PATH, Sampler(1.0, 1.0, seed=3))
     torch.testing.assert_close(draft.q[:, vocab].sum(-1), torch.ones(5))
     assert all(t in vocab and q > 0 for t, q in zip(draft.ids, draft.q_of_ids()))
 
 
-def test_the_drafter_reads_the_states_its_target_keeps(tiny_target):
+def test_the_drafter_reads_the_states_handed_to_it(tiny_target):
     with pytest.raises(ValueError, match=r"build the target with taps=\(1,\)"):
         FeatureDrafter(random_head(tiny_target), cached_model(tiny_target), None)
     with pytest.raises(ValueError, match=r"build the target with taps=\(0, 1\)"):
         FeatureDrafter(random_head(tiny_target, taps=(0, 1)), cached_model(tiny_target, taps=(1,)), None)
     head, tokens = random_head(tiny_target), PROMPTS[0]
-    early = cached_model(tiny_target, taps=(1,))
-    before = FeatureDrafter(head, early, None)
-    early.prefill(tokens)
-    late = cached_model(tiny_target, taps=(1,))
-    late.forward(tokens[:3])  # a drafter built after the target's first forward, over a cache that was rolled back
-    late.rollback(1)
-    late.prefill(tokens)
-    after = FeatureDrafter(head, late, None)
-    assert after.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids == before.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids
+    target = cached_model(tiny_target, taps=(1,))
+    prefilled = target.prefill(tokens)
+    handed, unhanded = FeatureDrafter(head, target, None), FeatureDrafter(head, target, None)
+    handed.read_states(prefilled.start, prefilled.layers)
+    assert handed.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids == expected_drafts(tiny_target, head, tokens, 4, list(range(96)))
+    with pytest.raises(AssertionError, match="handed over"):  # the target keeps no states for it to fish out
+        unhanded.draft(tokens, 4, 4, SINGLE_PATH, Sampler())
 
 
 @pytest.mark.parametrize("taps", TAPS)

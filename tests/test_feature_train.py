@@ -40,7 +40,7 @@ def test_training_time_test_computes_what_drafting_computes(tiny_target, taps):
     prompt = random_prompts(1, 96, seed=5, lo=12, hi=12)[0]
     target = cached_model(tiny_target, taps=taps)
     drafter = FeatureDrafter(head, target, vocab)
-    target.forward(prompt[:-1])
+    drafter.read_states(0, target.forward(prompt[:-1]).layers)
     drafts = drafter.draft(prompt, 5, 5, SINGLE_PATH, Sampler()).ids
     x = torch.tensor([prompt + drafts])
     tapped, _ = target_states(tiny_target.model, x, taps)
@@ -87,7 +87,7 @@ def test_a_warm_start_drafts_as_the_head_it_came_from(tiny_target, tmp_path):
     for head, taps in ((loaded, (1,)), (new.eval(), (0, 1))):
         target = cached_model(tiny_target, taps=taps)
         drafter = FeatureDrafter(head, target, None)
-        target.forward(prompt[:-1])
+        drafter.read_states(0, target.forward(prompt[:-1]).layers)
         drafts.append(drafter.draft(prompt, 4, 4, SINGLE_PATH, Sampler()).ids)
     assert drafts[0] == drafts[1]
 

@@ -69,7 +69,7 @@ def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transform
     """What keeps the target exact: the engine's greedy tokens match ``generate`` only if its logits do."""
     lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=6, init_std=0.2, heads=4, kv_heads=2)
     pack_linears(lm.model)
-    hf, lean = CachedModel(lm, prenorm=True), cached_model(lm, prenorm=True)
+    hf, lean = CachedModel(lm, taps=(1,)), cached_model(lm, taps=(1,))  # the last layer's tap: the pre-norm states
     for tokens, keep in _feeds(3):
         a, b = hf.forward(tokens, keep), lean.forward(tokens, keep)
         assert torch.equal(a.logits, b.logits) and torch.equal(a.prenorm, b.prenorm)
@@ -79,13 +79,13 @@ def test_on_a_packed_fp32_model_logits_and_pre_norm_states_are_bitwise_transform
 @pytest.mark.parametrize("cached", [CachedModel, cached_model])
 def test_tapped_layer_outputs_are_the_layers_and_leave_the_logits_alone(cached):
     lm = tiny_llama(vocab=96, hidden=64, layers=3, seed=6, init_std=0.2, heads=4, kv_heads=2)
-    plain, tapped = cached(lm), cached(lm, prenorm=True, taps=(0, 2))
+    plain, tapped = cached(lm), cached(lm, taps=(0, 2))
     tokens = list(range(5, 30))
     with torch.inference_mode():
         hidden = lm.model.model(input_ids=torch.tensor([tokens]), output_hidden_states=True).hidden_states
     for n in (12, 20, 18, 25):  # a prefill, a step forward, a rollback and another step
         a, b = plain.forward(tokens[:n], 3), tapped.forward(tokens[:n], 3)
-        assert torch.equal(a.logits, b.logits) and a.layers is None and set(b.layers) == {0, 2}
+        assert torch.equal(a.logits, b.logits) and a.layers is None and set(b.layers) == {0, 2} and tapped.prenorm
         # a GPU's fp32 attention kernels round a little differently from transformers' path
         torch.testing.assert_close(b.layers[0], hidden[1][0, b.start:n], atol=1e-5 if b.layers[0].device.type == "cpu" else 5e-5, rtol=0)
         torch.testing.assert_close(b.prenorm, b.layers[2][-3:], atol=0, rtol=0)

@@ -116,7 +116,7 @@ def test_a_greedy_trees_first_children_are_the_chain_draft(tiny_target, tiny_dra
     drafter = ModelDrafter(cached_model(tiny_draft)) if make == "model" else \
         FeatureDrafter(random_head(tiny_target, 2, (0, 1)), target, None)
     tokens = PROMPTS[3]
-    target.forward(tokens, keep=1)  # the target's states of every position (a model draft ignores them)
+    drafter.read_states(0, target.forward(tokens, keep=1).layers)  # the target's states of every position (a model draft ignores them)
     tree = drafter.draft(tokens, 12, 6, TreeShape(2, "static"), Sampler())
     chain = [tree.ids[i] for i in range(0, len(tree.ids), 2)]  # static: two chains, nodes interleaved level by level
     assert chain == drafter.draft(tokens, 6, 6, SINGLE_PATH, Sampler()).ids
@@ -161,6 +161,21 @@ def drafted(kind, nodes=4, branch=3):
         expand = lambda ids, parents, new: q2[[ids[m] for m in new]] if new else q1[None]  # noqa: E731
         return grow_tree(expand, TreeShape(branch, kind), nodes, 3, sampler)
     return build
+
+
+@pytest.mark.parametrize("shape", [SINGLE_PATH, TreeShape(3, "dynamic"), TreeShape(3, "static")])
+def test_a_stop_rule_refuses_children_in_every_shape(shape):
+    """The confidence policy's stop rule is the drafter's for chains and trees alike: a node whose distribution it
+    refuses gets no children, and a refused root leaves the draft empty."""
+    _, q1, _, q2 = synthetic(1)
+    expand = lambda ids, parents, new: q2[[ids[m] for m in new]] if new else q1[None]  # noqa: E731
+    threshold = min(float(q1.max()), float(q2.max(-1).values.median()))
+    stop = lambda q: float(q.max()) < threshold  # noqa: E731
+    free, _ = grow_tree(expand, shape, 12, 6, Sampler())
+    tree, _ = grow_tree(expand, shape, 12, 6, Sampler(), stop)
+    assert tree.ids and tree != free  # a dynamic tree fills its budget with other nodes
+    assert all(not stop(q2[tree.ids[parent]]) for parent in tree.parents if parent >= 0)
+    assert grow_tree(expand, shape, 12, 6, Sampler(), lambda q: True) == (TokenTree([], []), None)
 
 
 def deterministic_top_k(q1, q2, sampler, k=3):
@@ -270,7 +285,7 @@ def test_published_eagle3_head_trees_match_generate(target_models, heads, name, 
         assert emitted(events) == reference(lm, prompt, 24)
         assert sum(len(e.draft_ids) for e in events) > 10
     drafter, tokens = drafter_for(lm, heads[name]), PROMPTS[3]
-    drafter.target.forward(tokens, keep=1)
+    drafter.read_states(0, drafter.target.forward(tokens, keep=1).layers)
     tree = drafter.draft(tokens, 8, 4, TreeShape(2, "static"), Sampler())
     assert [tree.ids[i] for i in range(0, 8, 2)] == drafter.draft(tokens, 4, 4, SINGLE_PATH, Sampler()).ids
 

@@ -27,7 +27,8 @@ RULES = {
 
 def run(target, draft, rule, sampler, chain=None, n=40, record=True):
     drafter = build_chain(ModelDrafter(cached_model(draft)), [cached_model(chain)], 2) if chain else ModelDrafter(cached_model(draft))
-    return list(decode(cached_model(target, prenorm=rule.needs_states), PROMPT, drafters=[drafter], rule=rule,
+    verifier = cached_model(target, taps=rule.reads_layers(target.model.config.num_hidden_layers))
+    return list(decode(verifier, PROMPT, drafters=[drafter], rule=rule,
                        policy=FixedPolicy(4), sampler=sampler, max_new_tokens=n, record=record))
 
 

@@ -100,6 +100,10 @@ class ExactRule:
         default the rule's registered settings, in order, are its constructor's arguments."""
         return cls(*(getattr(settings, name) for name in ACCEPT_RULES.entry(cls.name).params))
 
+    def reads_layers(self, n_layers: int) -> tuple[int, ...]:
+        """The target's decoder layers (of ``n_layers``) whose outputs the rule reads: the last, for its pre-norm states."""
+        return (n_layers - 1,) if self.needs_states else ()
+
     def verify(self, draft: Draft, logits: torch.Tensor, sampler: Sampler, states: torch.Tensor | None = None) -> Verdict:
         """The verdict on ``draft`` scored to ``logits`` (rows: the root, then each node); ``states``: the target's
         pre-norm states of those rows, for rules that read them. The target's p (the sampling transform of the logits)

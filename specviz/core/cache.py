@@ -5,21 +5,21 @@ position: :meth:`CachedModel.rollback` keeps a length, plus the accepted rows of
 gpt-fast moves ``input_pos``; a drafter's forward over tokens that differ from the cached ones rolls back to their
 common prefix first. The decoding loop uses the two calls whose preconditions are asserted: :meth:`CachedModel.verify`
 (the cache holds every committed token but the last) and :meth:`CachedModel.commit`. Each forward returns a
-:class:`Forward` with what it computed; a model built with ``taps`` also keeps those layers' outputs slot by slot,
-rolled back with the keys and values, for the drafters that read them (:meth:`CachedModel.states`). Where the keys
+:class:`Forward` with what it computed; a model built with ``taps`` returns those layers' outputs at every fed row,
+which the loop hands to the drafters that read them (:meth:`Forward.kept`); the pre-norm state a judge reads is the
+last layer's tap. Where the keys
 and values live is the storage's business: transformers' ``DynamicCache`` (:class:`DynamicStorage`, any architecture)
 or the preallocated lean buffer of ``specviz.models.backends.lean``; both take the same calls.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from specviz.core.hidden import capture_layers, last_layer
+from specviz.core.hidden import last_layer, layer_outputs
 from specviz.core.timing import ForwardTimes, Timed
 from specviz.core.tree import TokenTree, ancestry, depths
 
@@ -63,6 +63,14 @@ class Forward:
     prenorm: torch.Tensor | None = None
     layers: dict[int, torch.Tensor] | None = None
 
+    def kept(self, first: int, path: list[int]) -> dict[int, torch.Tensor] | None:
+        """The tapped states of the slots a commit keeps from slot ``first`` on: that slot (a verify's root), then the
+        nodes on ``path`` (node i was fed at slot first + 1 + i)."""
+        if not self.layers:
+            return None
+        rows = torch.tensor([first - self.start] + [first + 1 + i - self.start for i in path])
+        return {i: h[rows.to(h.device)] for i, h in self.layers.items()}
+
 
 @dataclass(frozen=True)
 class TreeRows:
@@ -101,8 +109,8 @@ class DynamicStorage:
             rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         x = torch.tensor([ids], device=self.model.device)
         tree = {} if rows is None else {"position_ids": rows.positions[None].to(x.device), "attention_mask": self._mask(rows.visible)}
-        with capture_layers(self.model, taps) if taps else nullcontext({}) as outputs:
-            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **tree)
+        out, outputs = layer_outputs(self.model, taps, input_ids=x, past_key_values=self.cache, use_cache=True,
+                                     logits_to_keep=keep, **tree)
         return out.logits[0, -keep:], {i: h[0] for i, h in outputs.items()}
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor:
@@ -123,22 +131,25 @@ class DynamicStorage:
 
 
 class CachedModel(Timed):
-    """A loaded model, its storage and the token ids the storage holds. Built with ``prenorm`` or ``taps`` (decoder
-    layer indices), every :class:`Forward` it returns carries those states too (judge decoding reads the first, a
-    feature head the second)."""
+    """A loaded model, its storage and the token ids the storage holds. Built with ``taps`` (decoder layer indices),
+    every :class:`Forward` it returns carries those layers' outputs too (a feature head reads them); with the last
+    layer among them, its ``prenorm`` too (judge decoding reads it)."""
 
     def __init__(self, lm: Loaded, vocab_size: int | None = None, storage: Storage | None = None,
-                 prenorm: bool = False, taps: tuple[int, ...] = ()):
+                 taps: tuple[int, ...] = ()):
         self.lm, self.name = lm, lm.name
         self.vocab_size = vocab_size or lm.vocab_size
         self.storage = storage or DynamicStorage(lm)
-        self.prenorm, self.taps = prenorm, tuple(sorted(set(taps)))
-        self._reads = tuple(sorted(set(self.taps) | ({last_layer(lm.model)} if prenorm else set())))
+        self.taps = tuple(sorted(set(taps)))
         self.ids: list[int] = []  # the token in each cached slot
         self.linear = 0  # the leading slots that hold a plain sequence; the slots after them hold a token tree
         self.tree_parents: list[int] = []  # that tree's parents (see specviz.core.tree)
-        self.kept: dict[int, torch.Tensor] = {}  # tapped layer → its output at each cached slot
         self.times = ForwardTimes(lm.device)
+
+    @property
+    def prenorm(self) -> bool:
+        """Whether its forwards return the pre-norm states: the last decoder layer is a tap."""
+        return last_layer(self.lm.model) in self.taps
 
     def _common_prefix(self, tokens: list[int]) -> int:
         ids = self.ids[: self.linear]
@@ -160,9 +171,6 @@ class CachedModel(Timed):
         if list(moved) == list(range(length, length + len(moved))):  # a single path's accepted drafts are where they stay
             length, moved = length + len(moved), ()
         self.storage.truncate(length, moved)
-        if moved:
-            for kept in self.kept.values():
-                kept[length: length + len(moved)] = kept[torch.tensor(list(moved), device=kept.device)]
         self.ids = self.ids[:length] + [self.ids[s] for s in moved]
         self.linear, self.tree_parents = len(self.ids), []
 
@@ -179,11 +187,6 @@ class CachedModel(Timed):
         assert length <= len(self.ids) and all(0 <= node < len(self.ids) - length for node in path), \
             "commit keeps committed tokens and verified nodes only"
         self.rollback(length, [length + node for node in path])
-
-    def states(self, start: int, end: int) -> dict[int, torch.Tensor]:
-        """The tapped layers' outputs at the cached plain-sequence slots ``start``..``end`` − 1."""
-        assert end <= self.linear, "states of committed slots only"
-        return {i: kept[start:end] for i, kept in self.kept.items()}
 
     @torch.inference_mode()
     def forward(self, tokens: list[int], keep: int = 1, tree: TokenTree | None = None) -> Forward:
@@ -203,12 +206,9 @@ class CachedModel(Timed):
         new = tokens[n:] + ids[reused:]
         start = self.times.start()
         rows = self._tree_rows(n, len(tokens), parents, reused) if tree else None
-        logits, outputs = self.storage.run(new, n + reused, keep, self._reads, rows)
+        logits, outputs = self.storage.run(new, n + reused, keep, self.taps, rows)
         result = Forward(logits[:, : self.vocab_size], n + reused, outputs[last_layer(self.lm.model)][-keep:] if self.prenorm else None,
-                         {i: outputs[i] for i in self.taps} if self.taps else None)
-        for i in self.taps:
-            self.kept[i] = grown(self.kept.get(i), n + reused + len(new), outputs[i])
-            self.kept[i][n + reused: n + reused + len(new)] = outputs[i]
+                         outputs or None)
         self.times.stop(start)
         self.ids = tokens + ids if tree else tokens[:]
         self.linear, self.tree_parents = len(tokens), list(parents)

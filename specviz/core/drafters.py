@@ -145,6 +145,10 @@ class Drafter:
     def prefill(self, tokens: list[int]) -> None:
         """Process the prompt ahead of the first step (nothing to do for model-free drafters)."""
 
+    def read_states(self, first: int, states: dict[int, torch.Tensor]) -> None:
+        """The target's tapped decoder-layer outputs (layer → (slots, hidden)) at the committed slots from ``first`` on,
+        handed over after the prefill and after every step; only a drafter that ``reads_features`` keeps them."""
+
     def can_draft(self, tokens: list[int]) -> bool:
         """Whether a draft after ``tokens`` would hold any token (a model always can)."""
         return True

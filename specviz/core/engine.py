@@ -3,7 +3,8 @@
 Autoregressive decoding is the loop with no drafter (nothing drafted every step), so the baseline goes through the
 same cache handling and the same timers as speculative decoding. Every draft is a token tree (a single path: one child per
 node). Invariant: the target's cache holds every committed token but the last; a step feeds the last token and the
-draft's nodes, gets one distribution per fed row, and commits the accepted path by position.
+draft's nodes, gets one distribution per fed row, and commits the accepted path by position. The target's tapped
+states of the committed slots are handed to the drafters (those that draft from them keep them).
 """
 
 from __future__ import annotations
@@ -31,14 +32,17 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
     q of each token, the verify records), so nothing of it is read from the device."""
     rule, policy = rule or ExactRule(), policy or FixedPolicy(0)
     if rule.needs_states and not target.prenorm:
-        raise ValueError(f"the {rule.name} rule reads the target's pre-norm states: build the target with prenorm=True")
+        raise ValueError(f"the {rule.name} rule reads the target's pre-norm states: build the target with its last layer "
+                         "among its taps")
     selector, sampler = selector or FirstDraft(), sampler or Sampler()
     watch = Stopwatch(target.lm.device)
     models = [target] + [m for d in drafters for m in d.models]
     recorder = Recorder(watch, watch.mark(), sampler, record)
     tokens = list(prompt_ids)
-    target.prefill(tokens)
+    prefilled = target.prefill(tokens)
     for d in drafters:
+        if prefilled and prefilled.layers:
+            d.read_states(prefilled.start, prefilled.layers)
         d.prefill(tokens)
     generated, step = 0, 0
     while generated < max_new_tokens:
@@ -56,7 +60,11 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         emitted = [draft.ids[i] for i in verdict.path] + [verdict.next_token]
         stop_at = next((i for i, t in enumerate(emitted) if t in stop_ids), None)
         emitted = emitted if stop_at is None else emitted[: stop_at + 1]
-        target.commit(len(tokens), verdict.path[: len(emitted) - 1])
+        path = verdict.path[: len(emitted) - 1]
+        target.commit(len(tokens), path)
+        if states := verified.kept(len(tokens) - 1, path):  # the committed slots' tapped states, handed to the drafters
+            for d in drafters:
+                d.read_states(len(tokens) - 1, states)
         tokens += emitted
         generated += len(emitted)
         committed = watch.mark()

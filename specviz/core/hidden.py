@@ -1,21 +1,14 @@
-"""The target's decoder-layer outputs, captured during an ordinary forward.
+"""The target's decoder-layer outputs, returned by an ordinary forward.
 
 Judge decoding reads the last layer's output (the state *before* the final norm: in Llama-style models the returned
 ``hidden_states[-1]`` is already normed), a feature head the outputs of a few chosen layers; both come from the
-verify pass itself. A forward hook is installed once per decoder layer and records only for the thread that asked,
-so sessions that share the weights never see each other's states.
+verify pass itself. The lean storage returns them from its own forward; over transformers' forward they come through
+transformers' own ``output_hidden_states``, asking for the tapped layers only (:func:`layer_outputs`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
-
-_local = threading.local()
-_install_lock = threading.Lock()
 
 
 def final_norm(model: torch.nn.Module) -> torch.nn.Module:
@@ -26,48 +19,27 @@ def final_norm(model: torch.nn.Module) -> torch.nn.Module:
     return norm
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError(f"{type(model).__name__} has no decoder layers at model.model.layers; reading its states needs them")
-    return layers
-
-
 def last_layer(model: torch.nn.Module) -> int:
     """The index of the last decoder layer: its output is the pre-norm state."""
     return model.config.num_hidden_layers - 1
 
 
-def _record(module: torch.nn.Module, args: tuple, output) -> None:
-    slot = getattr(_local, "slot", None)
-    if slot is not None and module in slot["taps"]:
-        slot["out"][slot["taps"][module]] = output[0] if isinstance(output, tuple) else output
-
-
-@contextmanager
-def capture_layers(model: torch.nn.Module, taps: tuple[int, ...]) -> Iterator[dict[int, torch.Tensor]]:
-    """Within the block, forwards of ``model`` on this thread store the output (batch, seq, hidden) of each decoder
-    layer in ``taps`` under its index in the dict yielded."""
-    layers = decoder_layers(model)
-    if any(not 0 <= i < len(layers) for i in taps):
-        raise ValueError(f"layer taps {taps} outside the model's {len(layers)} decoder layers")
-    with _install_lock:
-        for i in taps:
-            if not getattr(layers[i], "_specviz_tap", False):
-                layers[i].register_forward_hook(_record)
-                layers[i]._specviz_tap = True
-    slot, outer = {"taps": {layers[i]: i for i in taps}, "out": {}}, getattr(_local, "slot", None)
-    _local.slot = slot
-    try:
-        yield slot["out"]
-    finally:
-        _local.slot = outer
+def layer_outputs(model: torch.nn.Module, taps: tuple[int, ...], **inputs) -> tuple[object, dict[int, torch.Tensor]]:
+    """One forward of ``model`` (a transformers causal LM or its base model) on ``inputs``, and the output (batch, seq,
+    hidden) of each decoder layer in ``taps``; the last layer's is its own, before the final norm."""
+    n = model.config.num_hidden_layers
+    if any(not 0 <= i < n for i in taps):
+        raise ValueError(f"layer taps {taps} outside the model's {n} decoder layers")
+    if not taps:
+        return model(**inputs), {}
+    model.config.tie_last_hidden_states = False  # else transformers hands the normed state as the last layer's
+    out = model(**inputs, output_hidden_states=[i + 1 for i in taps])  # hidden_states[0] is the embeddings
+    return out, {i: out.hidden_states[i + 1] for i in taps}
 
 
 @torch.inference_mode()
 def prenorm_states(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
     """Pre-norm states (len(ids), hidden) of a whole sequence, in one cache-free forward."""
     last = last_layer(model)
-    with capture_layers(model, (last,)) as out:
-        model(input_ids=torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1)
+    _, out = layer_outputs(model, (last,), input_ids=torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1)
     return out[last][0]

@@ -1,7 +1,7 @@
 """The base of the drafters that draft from the target's own hidden states (the feature head, published EAGLE-3 heads).
 
-:class:`StateDrafter` reads the states the target keeps for its committed tokens and feeds them to its head before
-each proposal; :func:`state_expander` grows token trees from the head's outputs. A subclass loads its head through the model bank
+:class:`StateDrafter` keeps the states the decoding loop hands it for the committed tokens and feeds them to its head
+before each proposal; :func:`state_expander` grows token trees from the head's outputs. A subclass loads its head through the model bank
 and runs its forward.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from specviz.core.cache import CachedModel, TreeRows
+from specviz.core.cache import CachedModel, TreeRows, grown
 from specviz.core.drafters import Drafter
 from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
@@ -28,7 +28,8 @@ class ForwardTimer(Timed):
 class StateDrafter(Drafter):
     """A drafter that drafts from the target's states (the feature head, published EAGLE-3 heads): a proposal first
     feeds the head every committed position it has not read with the target's states there (the target, built with
-    the head's taps, keeps them: :meth:`CachedModel.states`), then drafts from the head's own outputs. The head's KV cache therefore
+    the head's taps, returns them and the loop hands them over: :meth:`read_states`), then drafts from the head's own
+    outputs. The head's KV cache therefore
     holds the target's states at committed positions: whatever drafts of a rejected branch wrote there is overwritten
     at the next proposal, so rejected drafts need no bookkeeping. A subclass gives :meth:`load` and :meth:`from_head`
     (how its head is loaded and built into a drafter), :meth:`_state`, :meth:`_forward` and :meth:`_logits`."""
@@ -39,6 +40,8 @@ class StateDrafter(Drafter):
         self.name, self.target, self.timer = name, target, ForwardTimer(name, target.lm.device)
         self.models = [self.timer]
         self.fed: list[int] = []  # fed[i]: the token x[i+1] the head read at position i together with the target's state s[i]
+        self.states: dict[int, torch.Tensor] = {}  # tapped layer → the target's output at each committed slot handed over
+        self.known = 0  # the slots handed over
 
     @classmethod
     def load(cls, source: str, bank, target) -> object:
@@ -78,14 +81,23 @@ class StateDrafter(Drafter):
         self.timer.times.stop(t0)  # timed like every other model's forward
         return out
 
+    def read_states(self, first: int, states: dict[int, torch.Tensor]) -> None:
+        for i in self.target.taps:
+            rows = states[i]
+            self.states[i] = grown(self.states.get(i), first + len(rows), rows)
+            self.states[i][first: first + len(rows)] = rows
+        self.known = first + len(states[self.target.taps[0]])
+
     def _catch_up(self, tokens: list[int], upto: int) -> torch.Tensor | None:
         """Feed positions up to ``upto`` (exclusive) with the target's states; the last output, if any was fed."""
         if upto <= 0:
             return None
+        assert upto <= self.known, "the target's states of every committed slot are handed over before a draft"
         valid = next((i for i, (a, b) in enumerate(zip(self.fed, tokens[1:upto + 1])) if a != b), min(len(self.fed), upto))
         valid = min(valid, upto - 1)  # re-feed at least one position: its output starts the draft
         self.fed = tokens[1:upto + 1]
-        return self._run(self._state(self.target.states(valid, upto)), tokens[valid + 1:upto + 1], valid)[-1:]
+        states = {i: kept[valid:upto] for i, kept in self.states.items()}
+        return self._run(self._state(states), tokens[valid + 1:upto + 1], valid)[-1:]
 
     @torch.inference_mode()
     def expander(self, tokens: list[int], sampler: Sampler) -> Expander:

@@ -196,9 +196,9 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: Loade
             check_shared_vocab(tokenizer, bank.tokenizer(source), name)
     rule = ACCEPT_RULES[config.accept].from_settings(config, target)
     n_layers = target.model.config.num_hidden_layers
-    taps = tuple(sorted({i for name, source, kind in kinds for i in kind.reads_layers(source, n_layers)}))
+    taps = tuple(sorted({i for name, source, kind in kinds for i in kind.reads_layers(source, n_layers)} | {*rule.reads_layers(n_layers)}))
     capacity, graphs = static_shapes(config, target.device, len(prompt_ids))
-    cached = cached_model(target, shared_vocab_size(target, *models.values()), prenorm=rule.needs_states, taps=taps,
+    cached = cached_model(target, shared_vocab_size(target, *models.values()), taps=taps,
                           capacity=capacity, graphs=graphs)
     context = DraftContext(config, bank, target, cached, models, capacity, graphs)
     drafters = [kind.from_source(name, source, context) for name, source, kind in kinds]

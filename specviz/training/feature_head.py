@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from specviz.core.hidden import capture_layers, final_norm
+from specviz.core.hidden import final_norm, layer_outputs
 from specviz.methods.feature_head import FeatureHead, dequantize, load_head, quantize, save_head, tap_states
 from specviz.models.loading import load_model, load_tokenizer
 from specviz.models.presets import GGUF_SOURCE
@@ -73,8 +73,7 @@ def target_states(target: torch.nn.Module, x: torch.Tensor, taps: tuple[int, ...
     """The head's input :func:`tap_states` (B, T, len(taps)·hidden) and the target's final-normed states (B, T,
     hidden), both float32, from one forward (right padding: causal positions never see it)."""
     last = target.config.num_hidden_layers - 1
-    with capture_layers(target, tuple(sorted({*taps, last}))) as outputs:
-        target.model(input_ids=x)
+    _, outputs = layer_outputs(target.model, tuple(sorted({*taps, last})), input_ids=x)
     return tap_states(outputs, taps, target).float(), final_norm(target)(outputs[last]).float()
 
 

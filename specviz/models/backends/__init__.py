@@ -40,12 +40,12 @@ def supports_lean(lm: LoadedModel) -> bool:
 
 
 def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False,
-                 prenorm: bool = False, taps: tuple[int, ...] = (), capacity: int | None = None, graphs: bool = False) -> CachedModel:
+                 taps: tuple[int, ...] = (), capacity: int | None = None, graphs: bool = False) -> CachedModel:
     """The cached model a target or a draft runs on: on the lean storage where the architecture allows (over the
     model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and the CPU kernels say they pay,
-    which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``prenorm`` and ``taps`` (decoder layer
-    indices): what each :class:`~specviz.core.cache.Forward` carries besides the logits. A fixed ``capacity`` (positions)
+    which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``taps`` (decoder layer indices, the last
+    for the pre-norm states): what each :class:`~specviz.core.cache.Forward` carries besides the logits. A fixed ``capacity`` (positions)
     gives the lean storage static shapes, and ``graphs`` records CUDA graphs of its forwards (:mod:`.graphs`)."""
     vocab_size = vocab_size or lm.vocab_size
     storage = LeanStorage(lm, vocab_size, full_vocab, int8, capacity, cuda_capture if graphs else None) if supports_lean(lm) else None
-    return CachedModel(lm, vocab_size, storage, prenorm, taps)
+    return CachedModel(lm, vocab_size, storage, taps)
