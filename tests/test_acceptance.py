@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from specviz.core.acceptance import ExactRule, LenientRule, TopKRule, first_false, residual
 from specviz.core.drafters import Draft, ModelDrafter
@@ -209,3 +210,32 @@ def test_greedy_tree_verification_reads_the_device_once(host_reads):
     host_reads[0] = 0
     path, token, _ = verify_tree(tree, None, logits, None, Sampler())
     assert host_reads[0] == 1 and path == [1, 2] and token == best[3]
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the reads of a tensor's values into Python (a device-to-host copy on an accelerator)."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__bool__,
+             torch.Tensor.__index__, torch.Tensor.numpy}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("rule, parents", [(ExactRule(), [-1, 0, 1, 2]), (ExactRule(), [-1, -1, 0, 1, 1]),
+                                           (ExactRule(), []), (TopKRule(3), [-1, 0, 1, 2])])
+def test_greedy_verification_reads_the_device_once_per_step(rule, parents):
+    """Greedy verification of a chain, a tree or no draft: one vectorised compare, one copy of its result to the host."""
+    g = seeded(3)
+    logits = torch.randn(len(parents) + 1, 50, generator=g)
+    ids = [int(logits[parent + 1].argmax()) if i % 2 == 0 else 7 for i, parent in enumerate(parents)]
+    draft = Draft(ids, torch.softmax(torch.randn(len(ids), 50, generator=g), -1), "d", parents=parents)
+    with HostReads() as reads:
+        verdict = rule.verify(draft, logits, Sampler())
+    assert reads.count == 1
+    assert verdict.next_token == int(logits[verdict.path[-1] + 1 if verdict.path else 0].argmax())

@@ -152,20 +152,6 @@ def test_explore_and_compare_share_the_runs_module_instead_of_each_other():
         assert "specviz.ui.runs" in targets and f"specviz.ui.{other}" not in targets
 
 
-def branches(function: ast.FunctionDef) -> list[str]:
-    """The conditions (if, while, conditional expressions) of a function, as source."""
-    return [ast.unparse(node.test) for node in ast.walk(function) if isinstance(node, ast.If | ast.IfExp | ast.While)]
-
-
-def test_the_decode_loop_has_no_chain_or_tree_branch():
-    """A chain is a tree with one child per node: the loop drafts, verifies and commits one shape."""
-    tree = ast.parse((PACKAGE / "core" / "engine.py").read_text())
-    decode = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "decode")
-    assert [c for c in branches(decode) if any(w in c for w in ("tree", "chain", "parents", "SINGLE_PATH"))] == []
-    calls = [ast.unparse(n.func) for n in ast.walk(decode) if isinstance(n, ast.Call)]
-    assert calls.count("target.commit") == 1 and "target.rollback" not in calls and calls.count("rule.verify") == 1
-
-
 RECORDS = ("VerifyRecord", "NodeRecord", "LevelRecord", "TreeRecord")
 
 
@@ -174,14 +160,6 @@ def test_display_records_are_built_by_the_recorder_only():
     built = [f"{name}: {ast.unparse(n.func)}" for name, path in MODULES.items() if name != "specviz.core.record"
              for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call) and ast.unparse(n.func) in RECORDS]
     assert built == []
-
-
-def test_no_drafter_learns_through_a_side_channel():
-    """Drafters get what they read explicitly (the target's kept states), never a forward pushed into them."""
-    from specviz.core.drafters import Drafter
-    from specviz.core.registry import DRAFTERS
-
-    assert not hasattr(Drafter, "observe") and not any(hasattr(kind, "observe") for kind in DRAFTERS.values())
 
 
 def test_loading_types_live_in_models():

@@ -462,7 +462,7 @@ def test_a_changed_protocol_or_theory_key_fails_the_check_until_the_pages_are_re
     for page in pages:
         page.write_text((ROOT / "docs" / page.name).read_text())
     assert render_reference.main(["--check"], pages=pages) == 0
-    monkeypatch.setattr(render_reference.Drafter, "expander", lambda self, tokens, sampler, budget=None: None, raising=True)
+    monkeypatch.setattr(render_reference.Drafter, "expander", lambda self, tokens, budget=None: None, raising=True)
     assert render_reference.main(["--check"], pages=pages) == 1
     monkeypatch.undo()
     monkeypatch.setitem(render_reference.THEORY_KEYS, "tokens", "tokens the run emitted, edited")

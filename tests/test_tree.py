@@ -38,9 +38,32 @@ def emitted(events):
     return [t for e in events for t in e.emitted_ids]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("make", ["model", "self", "ngram"])
+def test_a_chain_and_a_single_path_tree_give_identical_steps(tiny_target, tiny_draft, make, temperature):
+    """A chain is the tree of branch 1: drafted, verified and recorded alike, token for token and record for record."""
+    def steps(shape):
+        drafter = {"model": lambda: ModelDrafter(cached_model(tiny_draft)), "self": lambda: ModelDrafter(cached_model(tiny_target)),
+                   "ngram": NGramDrafter}[make]()
+        return list(decode(cached_model(tiny_target), PROMPTS[2] * 2, drafters=[drafter], policy=FixedPolicy(3),
+                           sampler=Sampler(temperature, 1.0, seed=5), max_new_tokens=30, tree=shape))
+
+    chain, tree = steps(SINGLE_PATH), steps(TreeShape(1, "dynamic"))
+    assert sum(e.drafted for e in chain) > 10 and (make != "self" or sum(e.accepted for e in chain) > 10)
+    kept = ("drafter", "gamma", "drafted", "draft_ids", "draft_q", "draft_p", "accepted", "emitted_ids", "emitted_p",
+            "accept_reasons", "judge_scores", "why", "verify", "extra")
+    for a, b in zip(chain, tree, strict=True):
+        da, db = a.to_dict(), b.to_dict()
+        assert {k: da[k] for k in kept if k != "extra"} == {k: db[k] for k in kept if k != "extra"}
+        assert da["spans"].keys() == db["spans"].keys() and da.keys() == db.keys() and b.tree is None
+
+
 def check_tree(event, nodes):
     """A well-formed tree: parents before children, the accepted path a root-down branch whose tokens come first."""
     tree, ids = event.tree, event.draft_ids
+    if tree is None:  # a single path drafted under a tree's shape: recorded as a chain's step is
+        assert event.verify and len(ids) <= event.gamma <= nodes
+        return
     parents, path = tree.parents, tree.accepted_path
     assert len(parents) == len(ids) == len(tree.nodes) <= event.gamma <= nodes
     assert all(-1 <= parent < i for i, parent in enumerate(parents))
@@ -158,7 +181,7 @@ def first_token_counts(build, n, seed=0):
 
 def drafted(kind, nodes=4, branch=3):
     def build(q1, q2, sampler):
-        expand = lambda ids, parents, new: q2[[ids[m] for m in new]] if new else q1[None]  # noqa: E731
+        expand = lambda ids, parents, new: (q2[[ids[m] for m in new]] if new else q1[None]).log()  # noqa: E731
         return grow_tree(expand, TreeShape(branch, kind), nodes, 3, sampler)
     return build
 
@@ -168,7 +191,7 @@ def test_a_stop_rule_refuses_children_in_every_shape(shape):
     """The confidence policy's stop rule is the drafter's for chains and trees alike: a node whose distribution it
     refuses gets no children, and a refused root leaves the draft empty."""
     _, q1, _, q2 = synthetic(1)
-    expand = lambda ids, parents, new: q2[[ids[m] for m in new]] if new else q1[None]  # noqa: E731
+    expand = lambda ids, parents, new: (q2[[ids[m] for m in new]] if new else q1[None]).log()  # noqa: E731
     threshold = min(float(q1.max()), float(q2.max(-1).values.median()))
     stop = lambda q: float(q.max()) < threshold  # noqa: E731
     free, _ = grow_tree(expand, shape, 12, 6, Sampler())
@@ -269,7 +292,11 @@ def test_cli_json_contract_for_trees():
     out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout)
     steps = [s for s in out["steps"] if s["draft_ids"]]
     assert steps and out["metrics"]["mean_accept_len"] == pytest.approx(len(out["token_ids"]) / len(out["steps"]))
+    assert any("tree" in s for s in steps)
     for s in steps:
+        if "tree" not in s:  # the draft came out a single path: recorded as a chain's step is
+            assert s["verify"] and s["verify"][0]["token"] == s["draft_ids"][0]
+            continue
         parents, path = s["tree"]["parents"], s["tree"]["accepted_path"]
         assert len(parents) == len(s["draft_ids"]) and all(-1 <= p < i for i, p in enumerate(parents))
         assert s["emitted_ids"][: len(path)] == [s["draft_ids"][i] for i in path]

@@ -115,17 +115,18 @@ class Drafter:
         return ()
 
     def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
-              stop: StopRule | None = None) -> Draft:
+              stop: StopRule | None = None, keep_q: bool = True) -> Draft:
         """The step's draft below ``tokens``: at most ``nodes`` nodes in ``depth`` levels grown as ``shape`` says
-        (:func:`step_size`) from the :meth:`expander`; a node whose distribution ``stop`` refuses gets no children."""
+        (:func:`step_size`) from the :meth:`expander`; a node whose distribution ``stop`` refuses gets no children.
+        Without ``keep_q`` a greedy draft may leave q out (None): nothing reads it where nothing is recorded."""
         if nodes == 0:
             return Draft([], None, self.name)
         started = self._started()
-        tree, q = grow_tree(self.expander(tokens, sampler), shape, nodes, depth, sampler, stop)
+        tree, q = grow_tree(self.expander(tokens), shape, nodes, depth, sampler, stop, keep_q)
         return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
 
-    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
-        """The draft's distributions after the nodes of a tree below ``tokens`` (see :data:`specviz.core.tree.Expander`)."""
+    def expander(self, tokens: list[int]) -> Expander:
+        """The draft's logits after the nodes of a tree below ``tokens`` (see :data:`specviz.core.tree.Expander`)."""
         raise NotImplementedError
 
     def _watch(self) -> Stopwatch:
@@ -177,7 +178,7 @@ class ModelDrafter(Drafter):
     def from_source(cls, name: str, source: object, context) -> ModelDrafter:
         return cls(context.draft_model(name))
 
-    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+    def expander(self, tokens: list[int]) -> Expander:
         fed_ids: list[int] = []
         fed_parents: list[int] = []
         slot: dict[int, int] = {}  # tree node → its row among the fed ones
@@ -188,8 +189,7 @@ class ModelDrafter(Drafter):
                 fed_ids.append(ids[node])
                 fed_parents.append(slot[parents[node]] if parents[node] >= 0 else -1)
             fed = TokenTree(fed_ids, fed_parents) if new else None
-            logits = self.model.forward(tokens, keep=max(1, len(new)), tree=fed).logits
-            return sampler.probs(logits)
+            return self.model.forward(tokens, keep=max(1, len(new)), tree=fed).logits
         return expand
 
     def prefill(self, tokens: list[int]) -> None:
@@ -218,12 +218,12 @@ class NGramDrafter(Drafter):
     def can_draft(self, tokens: list[int]) -> bool:
         return len(followers(torch.tensor(tokens), self.max_ngram, self.min_ngram)) > 0
 
-    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+    def expander(self, tokens: list[int]) -> Expander:
         vocab = max(tokens) + 1
 
         def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
             return torch.stack([followers_q(torch.tensor(tokens + path_to(ids, parents, node)), vocab, self.max_ngram, self.min_ngram)
-                                for node in new or [-1]])
+                                for node in new or [-1]]).log()  # as logits: q is their softmax
         return expand
 
 

@@ -52,7 +52,7 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         choice = policy.choose(pick.drafter, tokens) if pick.drafter else None
         nodes, depth = step_size(tree, choice.gamma, max_new_tokens - generated - 1) if choice else (0, 0)
         decided = watch.mark()
-        draft = pick.drafter.draft(tokens, nodes, depth, tree, sampler, choice.stop) if pick.drafter else Draft([], None, "target")
+        draft = pick.drafter.draft(tokens, nodes, depth, tree, sampler, choice.stop, record) if pick.drafter else Draft([], None, "target")
         drafted = watch.mark()
         verified = target.verify(tokens, draft.tree)
         verdict = rule.verify(draft, verified.logits, sampler, verified.prenorm)

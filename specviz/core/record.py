@@ -17,11 +17,11 @@ from typing import ClassVar
 import torch
 
 from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict
-from specviz.core.drafters import SINGLE_PATH, Draft, LevelWork
+from specviz.core.drafters import Draft, LevelWork
 from specviz.core.policy import Outcome
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Mark, Stopwatch
-from specviz.core.tree import TreeEvidence, TreeShape, depths
+from specviz.core.tree import TreeShape, depths
 
 TOP_K = 10
 """Alternatives recorded per verified position: the k most likely tokens of p, of q and of the residual."""
@@ -258,8 +258,8 @@ class Recorder:
         reasons = [UNCHECKED if i in below else kept for i, kept in enumerate(verdict.reasons)]
         full, ev = self.full, verdict.evidence
         rows = [0] + [i + 1 for i in path]
-        tree = None
-        if shape != SINGLE_PATH:
+        tree = None  # decided by the tree drafted, as the target and the rule decide: a single path has no tree record
+        if not draft.tree.is_single_path:
             nodes_seen = node_records(draft, verdict, p, below) if full else []
             tree = TreeRecord(shape.kind, shape.branch, draft.parents, path, nodes_seen)
         scores = ev.relaxed.scores if isinstance(ev, Evidence) and full else None
@@ -268,7 +268,7 @@ class Recorder:
                      emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [],
                      judge_scores=None if scores is None else scores.tolist(), why=why() if full else None,
                      levels=[LevelRecord.of(work) for work in draft.levels],
-                     verify=verify_records(draft, verdict, p, len(emitted)) if full and shape == SINGLE_PATH else [], tree=tree)
+                     verify=verify_records(draft, verdict, p, len(emitted)) if full and tree is None else [], tree=tree)
         end, w, m = self.watch.mark(), self.watch, marks
         spans = {"deciding": span_ms(w, m.start, m.decided) + span_ms(w, m.committed, m.learned),
                  "drafting": span_ms(w, m.decided, m.drafted), "verifying": span_ms(w, m.drafted, m.verified),
@@ -311,18 +311,11 @@ def stopped_below(verdict: Verdict, draft: Draft, emitted: int) -> set[int]:
 
 
 def node_records(draft: Draft, verdict: Verdict, p: torch.Tensor, below: set[int]) -> list[NodeRecord]:
-    """One :class:`NodeRecord` per drafted node, from the verdict's evidence (a branching tree's, or the batch test of a
-    single-path one); the nodes in ``below`` read as never checked."""
+    """One :class:`NodeRecord` per node of a branching tree, from the verdict's evidence; the nodes in ``below`` read as
+    never checked."""
     ev, n = verdict.evidence, len(draft.ids)
-    if n == 0:
-        return []
-    if isinstance(ev, TreeEvidence):
-        accepted, u, px = ev.accepted, ev.u or [None] * n, ev.p
-    else:  # one child per node: node i is checked at row i, its p untouched by any residual
-        accepted = [i < verdict.accepted if i <= verdict.accepted else None for i in range(n)]
-        u = [None] * n if ev.checked.u is None else ev.checked.u.tolist()
-        px = None
-    px = px or probs_at(p, draft.ids, [parent + 1 for parent in draft.parents])
+    accepted, u = ev.accepted, ev.u or [None] * n
+    px = ev.p or probs_at(p, draft.ids, [parent + 1 for parent in draft.parents])
     qx, deep = draft.q_of_ids(), depths(draft.parents)
     return [NodeRecord(t, parent, d, None if hit is None or i in below else px[i], q, None if hit is None or i in below else u[i],
                        None if i in below else hit)

@@ -37,17 +37,18 @@ MAX_TREE_NODES = 64
 
 @dataclass(frozen=True)
 class Drawn:
-    """Distributions with the token a drafter already drew from each (one child per row): a polybasic level's block,
-    whose tokens come out of its own verification and are distributed as its q."""
+    """Rows whose token the drafter already drew (one child each): a polybasic level's block, whose tokens come out of
+    its own verification and are distributed as its q (None where nobody reads q: greedy, unrecorded)."""
 
-    q: torch.Tensor
+    q: torch.Tensor | None
     ids: list[int]
 
 
 Expander = Callable[[list[int], list[int], list[int]], "torch.Tensor | Drawn"]
-"""``expand(ids, parents, new)``: the draft's q (len(new), vocab) after each node in ``new`` of the tree (ids, parents)
-so far; with ``new`` empty, the q (1, vocab) after the committed tokens. A node is expanded after its parent. A row of
-zeros: nothing can follow that node. Every drafter drafts through one (:func:`grow_tree`)."""
+"""``expand(ids, parents, new)``: the draft's logits (len(new), vocab) after each node in ``new`` of the tree (ids,
+parents) so far; with ``new`` empty, the logits (1, vocab) after the committed tokens. A node is expanded after its
+parent. A row of −inf: nothing can follow that node. Every drafter drafts through one (:func:`grow_tree`), which turns
+logits into the draft's q under the run's sampling transform only where q is read."""
 
 StopRule = Callable[[torch.Tensor], bool]
 """Called with the draft's distribution after a node (or the root); True: that node gets no children."""
@@ -107,63 +108,72 @@ def ancestry(parents: list[int]) -> torch.Tensor:
     return seen
 
 
-def children(q: torch.Tensor, k: int, sampler: Sampler) -> tuple[list[int], list[float], torch.Tensor]:
-    """Up to ``k`` distinct tokens drawn without replacement from ``q`` (top-k when greedy, Gumbel-top-k otherwise):
-    their ids, their draw keys (log q, plus the Gumbel noise when sampling; decreasing) and the distribution each was
-    drawn from (q without the tokens drawn before it, renormalised)."""
-    q = q.float()
-    if k == 1:  # a single path: the top (or a draw) and q itself, with no copy of the vocabulary
-        top = q.topk(1) if sampler.greedy else _gumbel_top(q, 1, sampler)
-        return ([], [], q[:0]) if float(top.values[0]) <= 0 else (top.indices.tolist(), top.values.log().tolist(), q[None])
-    n = min(k, int((q > 0).sum()))
-    if sampler.greedy:
-        top = q.topk(n)
-    else:
-        top = _gumbel_top(q, n, sampler)
-    ids = top.indices.tolist()
-    stages = q.expand(len(ids), -1).clone()
-    for j in range(1, len(ids)):
+def children(logits: torch.Tensor | None, q: torch.Tensor | None, k: int, sampler: Sampler
+             ) -> tuple[list[int], list[float], torch.Tensor | None]:
+    """Up to ``k`` distinct tokens drawn without replacement from the draft's distribution after a node: the top-k of
+    its ``logits`` (or of ``q``) when greedy, Gumbel-top-k of ``q`` otherwise. Their ids, their draw keys (log q, plus the
+    Gumbel noise when sampling; decreasing; 0 without q) and the distribution each was drawn from (q without the tokens
+    drawn before it, renormalised; None without q). One read from the device."""
+    rank = (logits if logits is not None else q) if sampler.greedy else _gumbel_top(q, sampler)
+    floor = -torch.inf if rank is logits else 0.0  # what a token nothing can draw scores
+    top = rank.topk(min(k, rank.shape[-1]))
+    keys = top.values.log() if not sampler.greedy else q[top.indices].log() if q is not None else top.values * 0
+    ids, valid, keys = torch.stack([top.indices.double(), (top.values > floor).double(), keys.double()]).tolist()
+    n = int(sum(valid))  # the valid tokens come first: they score above the floor
+    ids, keys = [int(t) for t in ids[:n]], keys[:n]
+    if q is None or n <= 1:
+        return ids, keys, None if q is None else q[None].float()
+    stages = q.float().expand(n, -1).clone()
+    for j in range(1, n):
         stages[j:, ids[j - 1]] = 0
-    return ids, top.values.log().tolist(), stages / stages.sum(-1, keepdim=True)
+    return ids, keys, stages / stages.sum(-1, keepdim=True)
 
 
-def _gumbel_top(q: torch.Tensor, k: int, sampler: Sampler):
-    """The k tokens of a Gumbel-top-k draw from q: q / E with E ~ Exp(1) orders the tokens as log q + Gumbel noise
-    does, with no log over the vocabulary (the keys returned are q / E)."""
+def _gumbel_top(q: torch.Tensor, sampler: Sampler) -> torch.Tensor:
+    """Scores whose top-k is a Gumbel-top-k draw from q: q / E with E ~ Exp(1) orders the tokens as log q + Gumbel noise
+    does, with no log over the vocabulary (its log is the draw key)."""
     noise = torch.empty(q.shape, device=sampler.generator.device).exponential_(generator=sampler.generator)
-    return (q / noise.to(q.device)).topk(k)
+    return q.float() / noise.to(q.device)
 
 
 def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler,
-              stop: StopRule | None = None) -> tuple[TokenTree, torch.Tensor | None]:
+              stop: StopRule | None = None, keep_q: bool = True) -> tuple[TokenTree, torch.Tensor | None]:
     """A tree of ``shape`` with at most ``nodes`` nodes and ``depth`` levels drawn from the draft's distributions
     (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
-    for no node). A node whose distribution ``stop`` refuses gets no children."""
+    for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
+    children. Greedy drafts of one child per node computed without ``keep_q`` take no softmax over the vocabulary."""
+    need_q = keep_q or not sampler.greedy or stop is not None or (shape.kind == "dynamic" and shape.branch > 1)
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
-    qs: list[torch.Tensor] = []
+    qs: list[torch.Tensor | None] = []
 
-    def add(parent: int, q: torch.Tensor, k: int, token: int | None = None) -> list[int]:
+    def add(parent: int, logits: torch.Tensor | None, q: torch.Tensor | None, token: int | None, k: int) -> list[int]:
+        if q is None and need_q and logits is not None:
+            q = sampler.probs(logits)
         if stop is not None and stop(q):
             return []
-        drawn, key, stages = children(q, k, sampler) if token is None else ([token], [float(q[token].log())], q[None])
+        if token is None:
+            drawn, key, stages = children(logits, q, k, sampler)
+        else:
+            drawn, key, stages = [token], [0.0 if q is None else float(q[token].log())], None if q is None else q[None]
         cap = keys[parent] if parent >= 0 else 0.0
-        for token, x, stage in zip(drawn, key, stages):
+        for j, (token, x) in enumerate(zip(drawn, key)):
             cap = min(cap, (keys[parent] if parent >= 0 else 0.0) + x)
             ids.append(token)
             parents.append(parent)
             keys.append(cap)
-            qs.append(stage)
+            qs.append(None if stages is None else stages[j])
         return list(range(len(ids) - len(drawn), len(ids)))
 
-    def rows(out: torch.Tensor | Drawn) -> list[tuple[torch.Tensor, int | None]]:
-        return list(zip(out.q, out.ids)) if isinstance(out, Drawn) else [(row, None) for row in out]
+    def rows(out: torch.Tensor | Drawn) -> list[tuple[torch.Tensor | None, torch.Tensor | None, int | None]]:
+        if isinstance(out, Drawn):
+            return [(None, None if out.q is None else out.q[j], token) for j, token in enumerate(out.ids)]
+        return [(row, None, None) for row in out]
 
     static = shape.kind == "static"
     width = min(shape.branch, nodes)
-    (q, token), = rows(expand([], [], []))
-    level = add(-1, q, width, token)
+    level = add(-1, *rows(expand([], [], []))[0], width)
     for _ in range(depth - 1):
         if static:
             frontier = level[: nodes - len(ids)]
@@ -173,12 +183,12 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
                 break  # no deeper node could enter the budget's best
         if not frontier:
             break
-        level = [n for node, (q, token) in zip(frontier, rows(expand(ids, parents, frontier)))
-                 for n in add(node, q, 1 if static else shape.branch, token)]
+        level = [n for node, row in zip(frontier, rows(expand(ids, parents, frontier)))
+                 for n in add(node, *row, 1 if static else shape.branch)]
     keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: nodes])
     index = {old: new for new, old in enumerate(keep)}
-    return (TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]),
-            torch.stack([qs[n] for n in keep]) if keep else None)
+    q = torch.stack([qs[n] for n in keep]) if keep and all(qs[n] is not None for n in keep) else None
+    return TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]), q
 
 
 def verify_tree(tree: TokenTree, q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None,

@@ -39,7 +39,7 @@ class StagedDrafter(Drafter):
         self.inner.prefill(tokens)
 
     def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
-              stop: StopRule | None = None) -> Draft:
+              stop: StopRule | None = None, keep_q: bool = True) -> Draft:
         """A block of up to ``nodes`` tokens grown as a single path: its tokens are what this level kept of the inner
         drafts and its own corrections, each with this level's distribution as q; ``stop`` applies to the inner drafts."""
         if shape != SINGLE_PATH:
@@ -47,11 +47,12 @@ class StagedDrafter(Drafter):
         if nodes == 0:
             return Draft([], None, self.name)
         mine, *below = self.blank_levels()
-        tree, q = grow_tree(self._expander(tokens, nodes, sampler, stop, mine, below), shape, nodes, depth, sampler)
+        expand = self._expander(tokens, nodes, sampler, stop, keep_q, mine, below)
+        tree, q = grow_tree(expand, shape, nodes, depth, sampler, keep_q=keep_q)
         return Draft(tree.ids, q, self.name, [mine, *below])
 
-    def _expander(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None, mine: LevelWork,
-                  below: list[LevelWork]) -> Expander:
+    def _expander(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None, keep_q: bool,
+                  mine: LevelWork, below: list[LevelWork]) -> Expander:
         """The block's rows, one per node: each round the inner drafter drafts up to K tokens after the block so far,
         this level verifies them and the block grows by what it kept plus its own token; a rejection ends the block."""
         block: list[int] = []
@@ -63,21 +64,22 @@ class StagedDrafter(Drafter):
             at = len(ids)
             if at == len(block) and not ended and at < gamma:
                 seq = tokens + block
-                draft = self._inner_draft(seq, min(self.level_gamma, gamma - at - 1), sampler, stop, below)
-                verdict, p = self._verify(seq, draft, sampler, mine)
+                draft = self._inner_draft(seq, min(self.level_gamma, gamma - at - 1), sampler, stop, keep_q, below)
+                verdict, p = self._verify(seq, draft, sampler, keep_q, mine)
                 n = verdict.accepted
                 block.extend(draft.ids[:n] + [verdict.next_token])
-                qs.append(p[: n + 1])
+                qs.append(None if p is None else p[: n + 1])
                 mine.verifications.append([len(draft.ids), n + 1])
                 mine.blocks.append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
                 ended = n < len(draft.ids)
             if at >= len(block):
-                return torch.zeros(1, self.verifier.vocab_size)
-            return Drawn(torch.cat(qs)[at: at + 1], block[at: at + 1])
+                return torch.full((1, self.verifier.vocab_size), -torch.inf)
+            return Drawn(None if qs[0] is None else torch.cat(qs)[at: at + 1], block[at: at + 1])
         return expand
 
-    def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, below: list[LevelWork]) -> Draft:
-        draft = self.inner.draft(seq, k, k, SINGLE_PATH, sampler, stop)
+    def _inner_draft(self, seq: list[int], k: int, sampler: Sampler, stop: StopRule | None, keep_q: bool,
+                     below: list[LevelWork]) -> Draft:
+        draft = self.inner.draft(seq, k, k, SINGLE_PATH, sampler, stop, keep_q)
         for total, part in zip(below, draft.levels):
             total.merge(part)
         return draft
@@ -85,12 +87,15 @@ class StagedDrafter(Drafter):
     def blank_levels(self) -> list[LevelWork]:
         return [LevelWork(self.verifier.name, "verify", self.verifier.times.watch), *self.inner.blank_levels()]
 
-    def _verify(self, seq: list[int], draft: Draft, sampler: Sampler, work: LevelWork) -> tuple[Verdict, torch.Tensor]:
+    def _verify(self, seq: list[int], draft: Draft, sampler: Sampler, keep_q: bool,
+                work: LevelWork) -> tuple[Verdict, torch.Tensor | None]:
+        """This level's verdict on the inner draft and its p, the q of the tokens it passes up (None where nothing reads
+        it: greedy, unrecorded)."""
         start = work.watch.mark()
         logits = self.verifier.forward(seq + draft.ids, keep=len(draft.ids) + 1).logits
         work.passes += 1
         work.spans.append((start, work.watch.mark()))
-        p = sampler.probs(logits)
+        p = sampler.probs(logits) if keep_q or not sampler.greedy else None
         return self.rule.verify(draft, logits, sampler), p
 
 

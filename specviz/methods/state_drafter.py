@@ -13,7 +13,6 @@ import torch
 
 from specviz.core.cache import CachedModel, TreeRows, grown
 from specviz.core.drafters import Drafter
-from specviz.core.sampling import Sampler
 from specviz.core.timing import ForwardTimes, Timed
 from specviz.core.tree import Expander, ancestry, depths
 
@@ -100,9 +99,9 @@ class StateDrafter(Drafter):
         return self._run(self._state(states), tokens[valid + 1:upto + 1], valid)[-1:]
 
     @torch.inference_mode()
-    def expander(self, tokens: list[int], sampler: Sampler) -> Expander:
+    def expander(self, tokens: list[int]) -> Expander:
         n = len(tokens) - 1
-        return state_expander(self._catch_up(tokens, n), n, self._run, self._logits, self.target.vocab_size, sampler)
+        return state_expander(self._catch_up(tokens, n), n, self._run, self._logits, self.target.vocab_size)
 
     @torch.inference_mode()
     def prefill(self, tokens: list[int]) -> None:
@@ -113,7 +112,7 @@ class StateDrafter(Drafter):
 
 
 def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[torch.Tensor, list[int], int, TreeRows], torch.Tensor],
-                   logits: Callable[[torch.Tensor], torch.Tensor], vocab: int, sampler: Sampler) -> Expander:
+                   logits: Callable[[torch.Tensor], torch.Tensor], vocab: int) -> Expander:
     """The expander of a drafter that drafts from states (a feature head, EAGLE-3): a node reads its parent's output
     (a root child: ``root``, the output at the last of the ``committed`` positions) and its own token, fed by ``run(states,
     ids, start slot, rows)`` after the committed positions at position committed − 1 + its depth, attending to them and to
@@ -125,7 +124,7 @@ def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[tor
     @torch.inference_mode()
     def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
         if not new:
-            return sampler.probs(logits(root)) if root is not None else torch.zeros(1, vocab)
+            return logits(root) if root is not None else torch.full((1, vocab), -torch.inf)
         states = torch.cat([outs[slot[parents[m]]] if parents[m] >= 0 else root for m in new])
         for m in new:
             slot[m] = len(fed_parents)
@@ -137,6 +136,6 @@ def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[tor
             rows = TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible)
         out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k, rows)
         outs.extend(out.split(1))
-        return sampler.probs(logits(out))
+        return logits(out)
     return expand
 
