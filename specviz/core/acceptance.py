@@ -8,8 +8,10 @@ step exactly as the exact rule would — so with the criterion switched off they
 token, random draws included.
 
 Every draft is a token tree (a single path is the tree with one child per node) and :meth:`ExactRule.verify` is the one
-entry point: a single-path tree is tested in one batch as above, a branching one by recursive rejection
-(:func:`specviz.core.tree.verify_tree`), which the exact rule alone accepts.
+entry point for every shape. Each node is tested against its parent's row; a row's first child sees the target's p
+untouched, so every first child is tested in one vectorised pass (a single path is nothing else) and greedy reads the
+device once. A later sibling, tried after a rejection, is tested against the residual its earlier siblings left
+(recursive rejection, as in SpecInfer), which the exact rule alone accepts: a lossy rule refuses a branching tree.
 """
 
 from __future__ import annotations
@@ -21,38 +23,46 @@ import torch
 from specviz.core.drafters import Draft
 from specviz.core.registry import ACCEPT_RULES
 from specviz.core.sampling import Sampler, residual
-from specviz.core.tree import TreeEvidence, verify_tree
+from specviz.core.tree import TokenTree, descend
 
 ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What verifying a draft read, per node (None: never checked): the verdict, the exact test's own outcome, and when
+    sampling the target's p of the node's token at the stage it was tested and the uniform draw u; the lossy rule's
+    criterion (the judge's scores and δ), and the residual the correction was drawn from (sampling, after a rejection)."""
+
+    accepted: list[bool | None]
+    exact: list[bool | None]
+    p: list[float | None] | None = None
+    u: list[float | None] | None = None
+    scores: torch.Tensor | None = None
+    threshold: float | None = None
+    corrected: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """The accepted drafts (node indices, root down: a single path's first ones), then ``next_token`` from the target; one
-    reason per drafted node; what the decision read (``evidence``: none for an empty draft), for the recorder
-    (:mod:`specviz.core.record`)."""
+    """The accepted drafts (node indices, root down), then ``next_token`` from the target; one reason per drafted node;
+    what the decision read (``evidence``: none for an empty draft), for the recorder (:mod:`specviz.core.record`)."""
 
     path: list[int]
     next_token: int
     reasons: list[str]
-    evidence: Evidence | TreeEvidence | None = None
+    evidence: Evidence | None = None
 
     @property
     def accepted(self) -> int:
         return len(self.path)
 
 
-def reasons_for(accepted: int, drafted: int, kept_as: list[str] | None = None) -> list[str]:
-    kept = kept_as or [ACCEPTED] * accepted
-    tail = [REJECTED] + [UNCHECKED] * (drafted - accepted - 1) if accepted < drafted else []
-    return kept + tail
-
-
 @dataclass
 class Checked:
-    """What a rule sees for the γ drafted positions: ids, target logits and p (None when the greedy test does not read
-    it), the draft's q and the uniform draws of the exact test (both None when greedy), the target's pre-norm states
-    (γ + 1 rows)."""
+    """What a rule sees for the drafted nodes: ids, the target's logits and p (None when the greedy test does not read
+    it) of each node's parent row, the draft's q and the uniform draws of the exact test (both None when greedy), the
+    target's pre-norm states (a row per fed position: the root, then each node)."""
 
     ids: torch.Tensor
     logits: torch.Tensor
@@ -68,22 +78,11 @@ class Checked:
 
 @dataclass(frozen=True)
 class Relaxed:
-    """What a rule accepts beyond the exact test, per position, and the judge's scores and δ when it has them."""
+    """What a rule accepts beyond the exact test, per node, and the judge's scores and δ when it has them."""
 
     accepts: torch.Tensor
     scores: torch.Tensor | None = None
     threshold: float | None = None
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a single path's decision read: the checked positions, the exact test's outcome at each, the rule's own criterion
-    (the judge's scores and δ), and the residual the correction was drawn from (sampling, after a rejection)."""
-
-    checked: Checked
-    exact: torch.Tensor
-    relaxed: Relaxed
-    corrected: torch.Tensor | None
 
 
 @ACCEPT_RULES.register("Lossless: accept with probability min(1, p/q); greedy: accept the target's argmax.")
@@ -111,38 +110,57 @@ class ExactRule:
         p = None if sampler.greedy and not self.greedy_reads_p else sampler.probs(logits)
         if not draft.ids:
             return Verdict([], int(sampler.pick(logits[0], None if p is None else p[0])), [])
-        if not draft.tree.is_single_path:
-            if type(self) is not ExactRule:
-                raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
-            path, nxt, evidence = verify_tree(draft.tree, None if p is None else draft.q_over(p.shape[-1], p.device), logits, p, sampler)
-            reasons = [ACCEPTED if hit else UNCHECKED if hit is None else REJECTED for hit in evidence.accepted]
-            return Verdict(path, nxt, reasons, evidence)
-        return self._verify_path(draft, logits, p, sampler, states)
-
-    def _verify_path(self, draft: Draft, logits: torch.Tensor, p: torch.Tensor | None, sampler: Sampler,
-                      states: torch.Tensor | None) -> Verdict:
-        gamma = len(draft.ids)
-        ids = torch.tensor(draft.ids, dtype=torch.long, device=logits.device)
+        tree = draft.tree
+        if not tree.is_single_path and type(self) is not ExactRule:
+            raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
+        n, device = len(tree.ids), logits.device
+        ids = torch.tensor(tree.ids, dtype=torch.long, device=device)
+        rows = torch.tensor(tree.parents, dtype=torch.long, device=device) + 1
+        q = None if sampler.greedy else draft.q_over(p.shape[-1], device)
+        c = Checked(ids, logits[rows], None if p is None else p[rows], q, None if q is None else sampler.uniform(n, device), states)
         if sampler.greedy:
             best = logits.argmax(-1)
-            c = Checked(ids, logits[:gamma], None if p is None else p[:gamma], None, None, states)
-            exact = ids == best[:gamma]
+            exact = ids == best[rows]
             relaxed = self.relaxed(c)
-            kept = (exact | relaxed.accepts).long().cumprod(0)
-            read = torch.cat([kept.sum()[None], exact.long(), best]).tolist()  # the step's one device read
-            n = read[0]
-            reasons = [ACCEPTED if hit else self.name for hit in read[1:1 + n]]
-            return Verdict(list(range(n)), read[1 + gamma + n], reasons_for(n, gamma, reasons), Evidence(c, exact, relaxed, None))
-        q = draft.q_over(p.shape[-1], p.device)
-        c = Checked(ids, logits[:gamma], p[:gamma], q, sampler.uniform(gamma, p.device), states)
+            read = torch.cat([(exact | relaxed.accepts).long(), exact.long(), best]).tolist()  # the step's one device read
+            path, row, accepted = descend(tree.parents, lambda node: bool(read[node]))
+            evidence = Evidence(accepted, [None if a is None else bool(read[n + i]) for i, a in enumerate(accepted)],
+                                scores=relaxed.scores, threshold=relaxed.threshold)
+            return Verdict(path, read[2 * n + row], self.reasons(evidence), evidence)
+        return self._sampled(tree, c, p, sampler)
+
+    def _sampled(self, tree: TokenTree, c: Checked, p: torch.Tensor, sampler: Sampler) -> Verdict:
+        """Recursive rejection down ``tree``: a node is kept if u·q < p (or by the rule's criterion); after a rejection
+        its row's p becomes the residual norm(max(0, p − q)), which the row's next child is tested against and, if every
+        child is rejected, the correction is drawn from."""
         px, qx = c.px_qx()
         exact = c.u * qx < px
         relaxed = self.relaxed(c)
-        n = first_false(exact | relaxed.accepts)
-        kept = [ACCEPTED if hit else self.name for hit in exact[:n].tolist()]
-        corrected = None if n == gamma else residual(p[n], c.q[n])
-        nxt = int(sampler.draw(p[gamma] if corrected is None else corrected))
-        return Verdict(list(range(n)), nxt, reasons_for(n, gamma, kept), Evidence(c, exact, relaxed, corrected))
+        ok, hit, u, px, qx = torch.stack([(exact | relaxed.accepts).double(), exact.double(), c.u.double(), px.double(),
+                                          qx.double()]).tolist()
+        stage: dict[int, torch.Tensor] = {}  # a row's p after the rejections of its children so far
+
+        def test(node: int) -> bool:
+            row = tree.parents[node] + 1
+            if row in stage:  # an earlier sibling was rejected (a branching tree: the exact rule only)
+                px[node] = float(stage[row][tree.ids[node]])
+                hit[node] = ok[node] = u[node] * qx[node] < px[node]
+            if not ok[node]:
+                stage[row] = residual(stage.get(row, p[row]), c.q[node])
+            return bool(ok[node])
+
+        path, row, accepted = descend(tree.parents, test)
+        corrected = stage.get(row)
+        next_token = int(sampler.draw(p[row] if corrected is None else corrected))
+        seen = [a is not None for a in accepted]
+        evidence = Evidence(accepted, [bool(h) if s else None for h, s in zip(hit, seen)], [x if s else None for x, s in zip(px, seen)],
+                            [x if s else None for x, s in zip(u, seen)], relaxed.scores, relaxed.threshold, corrected)
+        return Verdict(path, next_token, self.reasons(evidence), evidence)
+
+    def reasons(self, evidence: Evidence) -> list[str]:
+        """Why each node was kept (the exact test, or this rule's criterion), rejected or never checked."""
+        return [UNCHECKED if a is None else (ACCEPTED if e else self.name) if a else REJECTED
+                for a, e in zip(evidence.accepted, evidence.exact)]
 
     def relaxed(self, c: Checked) -> Relaxed:
         """Acceptances beyond the exact rule (none here)."""
@@ -180,11 +198,3 @@ class TopKRule(ExactRule):
     def relaxed(self, c: Checked) -> Relaxed:
         top = c.logits.topk(min(self.k, c.logits.shape[-1]), dim=-1).indices
         return Relaxed((top == c.ids[:, None]).any(-1))
-
-
-
-
-def first_false(mask: torch.Tensor) -> int:
-    """Length of the leading run of True."""
-    misses = (~mask).nonzero()
-    return int(misses[0]) if len(misses) else len(mask)

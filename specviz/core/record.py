@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import torch
 
-from specviz.core.acceptance import REJECTED, UNCHECKED, Evidence, Verdict
+from specviz.core.acceptance import REJECTED, UNCHECKED, Verdict
 from specviz.core.drafters import Draft, LevelWork
 from specviz.core.policy import Outcome
 from specviz.core.sampling import Sampler
@@ -262,7 +262,7 @@ class Recorder:
         if not draft.tree.is_single_path:
             nodes_seen = node_records(draft, verdict, p, below) if full else []
             tree = TreeRecord(shape.kind, shape.branch, draft.parents, path, nodes_seen)
-        scores = ev.relaxed.scores if isinstance(ev, Evidence) and full else None
+        scores = ev.scores if ev is not None and full else None
         views = dict(draft_q=draft.q_of_ids() if full else [],
                      draft_p=probs_at(p, draft.ids, [parent + 1 for parent in draft.parents]) if full else [],
                      emitted_p=probs_at(p, emitted, rows[: len(emitted)]) if full else [],
@@ -329,24 +329,22 @@ def verify_records(draft: Draft, verdict: Verdict, p: torch.Tensor, emitted: int
     ev = verdict.evidence
     if ev is None:
         return []
-    c, n = ev.checked, verdict.accepted
-    m = min(emitted, len(draft.ids))
-    rows = torch.arange(m, device=c.ids.device)
-    q = c.q if c.q is not None else draft.q_over(p.shape[-1], p.device)
-    px, qx = p[rows, c.ids[:m]].tolist(), q[rows, c.ids[:m]].tolist()
+    n, m = verdict.accepted, min(emitted, len(draft.ids))
+    rows, ids = torch.arange(m, device=p.device), torch.tensor(draft.ids[:m], dtype=torch.long, device=p.device)
+    q = draft.q_over(p.shape[-1], p.device)
+    px, qx = p[rows, ids].tolist(), q[rows, ids].tolist()
     k = min(TOP_K, p.shape[-1])
     p_top, q_top = _pairs(p[:m].topk(k)), _pairs(q[:m].topk(k))  # one transfer each, not one per row
-    u = [None] * m if c.u is None else c.u[:m].tolist()
-    hits, ids = ev.exact[:m].tolist(), c.ids[:m].tolist()
-    scores = None if ev.relaxed.scores is None else ev.relaxed.scores.tolist()
+    u = ev.u or [None] * m
+    scores = None if ev.scores is None else ev.scores.tolist()
     out = []
     for i in range(m):
         out.append(VerifyRecord(
-            token=ids[i], p=px[i], q=qx[i],
-            accept_prob=float(hits[i]) if c.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
+            token=draft.ids[i], p=px[i], q=qx[i],
+            accept_prob=float(ev.exact[i]) if ev.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0,
             u=u[i], accepted=i < n, reason=verdict.reasons[i] if i < n else REJECTED, p_top=p_top[i],
             q_top=[pair for pair in q_top[i] if pair[1] > 0], score=None if scores is None else scores[i],
-            threshold=None if scores is None else ev.relaxed.threshold))
+            threshold=None if scores is None else ev.threshold))
     if n < m:
         if ev.corrected is None:
             out[n].argmax = verdict.next_token

@@ -16,8 +16,8 @@ Gumbel maximum is independent of its argmax), so the output is distributed exact
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
 each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` single paths from the root.
 
-Four types: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
-:class:`TreeEvidence` (what verifying one read) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
+Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
+:func:`descend` (the walk every verification takes) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.core.sampling import Sampler, residual
+from specviz.core.sampling import Sampler
 
 TREE_KINDS = ("dynamic", "static")
 MAX_TREE_NODES = 64
@@ -78,16 +78,6 @@ class TokenTree:
     @property
     def is_single_path(self) -> bool:
         return all(parent == i - 1 for i, parent in enumerate(self.parents))
-
-
-@dataclass(frozen=True)
-class TreeEvidence:
-    """What verifying a branching tree read, per node: the verdict (None: never checked) and, when sampling, p of its
-    token at the stage it was checked and the uniform draw u (greedy: the recorder reads p after the step)."""
-
-    accepted: list[bool | None]
-    p: list[float | None] | None = None
-    u: list[float | None] | None = None
 
 
 def depths(parents: list[int]) -> list[int]:
@@ -191,51 +181,21 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
     return TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]), q
 
 
-def verify_tree(tree: TokenTree, q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None,
-                sampler: Sampler) -> tuple[list[int], int, TreeEvidence]:
-    """The accepted path (node indices, root down), the target's token after it and the evidence, for ``tree`` scored
-    to ``logits`` and ``p`` (rows: root, then each node) against the draft's ``q`` over the same vocabulary (both None
-    when greedy, which reads the logits alone). Greedy is one
-    vectorised test and one device read."""
-    n = len(tree.ids)
-    kids: list[list[int]] = [[] for _ in range(n + 1)]
-    for i, parent in enumerate(tree.parents):
+def descend(parents: list[int], test: Callable[[int], bool]) -> tuple[list[int], int, list[bool | None]]:
+    """Walk down from the root, testing each row's children in order (``test(node)``: is it kept?) and moving to the
+    first one kept: the accepted path (node indices, root down), the row it stopped at (0: the root, i + 1: node i) and
+    each node's verdict (None: never tested)."""
+    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, parent in enumerate(parents):
         kids[parent + 1].append(i)
-    accepted: list[bool | None] = [None] * n
-
-    def descend(test: Callable[[int], bool]) -> tuple[list[int], int]:
-        """Walk down from the root, testing each row's children in order; the path and the row it stopped at."""
-        path, row = [], 0
-        while True:
-            for c in kids[row]:
-                accepted[c] = test(c)
-                if accepted[c]:
-                    path.append(c)
-                    row = c + 1
-                    break
-            else:
-                return path, row
-
-    if sampler.greedy:
-        best = logits.argmax(-1)
-        ids = torch.tensor(tree.ids, dtype=torch.long, device=best.device)
-        hit = ids == best[torch.tensor(tree.parents, dtype=torch.long, device=best.device) + 1]
-        read = torch.cat([best, hit.long()]).tolist()  # the step's one device read
-        path, row = descend(lambda c: bool(read[n + 1 + c]))
-        return path, read[row], TreeEvidence(accepted)
-    qx = q[torch.arange(n, device=q.device), torch.tensor(tree.ids, dtype=torch.long, device=q.device)].tolist()
-    px: list[float | None] = [None] * n
-    us: list[float | None] = [None] * n
-    stage = {0: p[0]}  # each row's p after the residual updates of the children rejected so far
-
-    def test(c: int) -> bool:
-        row = tree.parents[c] + 1
-        target = stage.setdefault(row, p[row])
-        px[c], us[c] = float(target[tree.ids[c]]), float(sampler.uniform(1, p.device)[0])
-        if us[c] * qx[c] < px[c]:
-            return True
-        stage[row] = residual(target, q[c])
-        return False
-
-    path, row = descend(test)
-    return path, int(sampler.draw(stage.setdefault(row, p[row]))), TreeEvidence(accepted, px, us)
+    accepted: list[bool | None] = [None] * len(parents)
+    path, row = [], 0
+    while True:
+        for c in kids[row]:
+            accepted[c] = test(c)
+            if accepted[c]:
+                path.append(c)
+                row = c + 1
+                break
+        else:
+            return path, row, accepted
