@@ -56,8 +56,8 @@ class LevelWork:
 @dataclass
 class Draft:
     """A drafted token tree: its node ids and ``parents`` (a single path's when not given); ``q`` (nodes, vocab) holds the
-    distribution each was drawn from, None for a deterministic proposal (q is one-hot at the proposed id); ``levels``:
-    each level's work for it, top first (one level for a single drafter, one per level of a polybasic chain)."""
+    distribution each was drawn from (None: a greedy draft nothing records, or a deterministic proposal, read as one-hot
+    at the proposed id); ``levels``: the work of each polybasic level for it, top first (one for a single drafter)."""
 
     ids: list[int]
     q: torch.Tensor | None
@@ -116,7 +116,7 @@ class Drafter:
 
     def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
               stop: StopRule | None = None, keep_q: bool = True) -> Draft:
-        """The step's draft below ``tokens``: at most ``nodes`` nodes in ``depth`` levels grown as ``shape`` says
+        """The step's draft below ``tokens``: at most ``nodes`` nodes, at most ``depth`` deep, grown as ``shape`` says
         (:func:`step_size`) from the :meth:`expander`; a node whose distribution ``stop`` refuses gets no children.
         Without ``keep_q`` a greedy draft may leave q out (None): nothing reads it where nothing is recorded."""
         if nodes == 0:

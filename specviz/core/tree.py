@@ -128,7 +128,7 @@ def _gumbel_top(q: torch.Tensor, sampler: Sampler) -> torch.Tensor:
 
 def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler,
               stop: StopRule | None = None, keep_q: bool = True) -> tuple[TokenTree, torch.Tensor | None]:
-    """A tree of ``shape`` with at most ``nodes`` nodes and ``depth`` levels drawn from the draft's distributions
+    """A tree of ``shape`` with at most ``nodes`` nodes, at most ``depth`` deep, drawn from the draft's distributions
     (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
     for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
     children. Greedy drafts of one child per node computed without ``keep_q`` take no softmax over the vocabulary."""
