@@ -358,21 +358,3 @@ def test_per_drafter_online_policies_share_the_targets_timing():
     c = SimpleNamespace(name="c")
     policy.choose(c, [])  # a policy built later learns from the steps before it
     assert len(policy.policies["c"].estimates.verify.plain) == 2
-
-
-def test_a_stalled_step_does_not_move_the_costs_or_gamma():
-    """On a busy host a step can take several times its cost: the costs are medians, so one stall leaves the estimate,
-    and the γ the online policy picks, where they were."""
-    def fed(stall: float) -> OnlinePolicy:
-        policy = OnlinePolicy(gamma=3, probe=100)
-        policy.observe(event(0, 0, verify_ms=30.0, drafter="d"))
-        for i, gamma in enumerate([3, 3, 4, 3, 4, 3, 4]):
-            slow = stall if i == 3 else 1.0
-            policy.observe(event(gamma, gamma - 1, draft_ms=2.0 * slow, verify_ms=(30.0 + gamma) * slow))
-        return policy
-
-    quiet, stalled = fed(1.0), fed(8.0)
-    hq, hs = quiet.estimates.histories["d"], stalled.estimates.histories["d"]
-    assert hs.draft_ms_per_token() == hq.draft_ms_per_token() == pytest.approx(2.0)
-    assert stalled.estimates.verify.verify_model().measured == quiet.estimates.verify.verify_model().measured == {3: 33.0, 4: 34.0}
-    assert stalled.choose(DRAFTER, []).gamma == quiet.choose(DRAFTER, []).gamma

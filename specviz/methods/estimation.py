@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from statistics import median
 
 from specviz.core.formulas import censored_acceptance, expected_tokens
 from specviz.core.policy import Outcome
@@ -63,15 +62,12 @@ class History:
         return gamma * sum(s.reach for s in steps) / total if total else float(gamma)
 
     def draft_ms_per_token(self) -> float | None:
-        """The median over the window's steps of drafting ms per drafted token (a median: a step the host stalled
-        moves it no more than any other step)."""
         steps = self.drafted()
-        return median(s.draft_ms / s.drafted for s in steps) if steps else None
+        return sum(s.draft_ms for s in steps) / sum(s.drafted for s in steps) if steps else None
 
     def verify_model(self) -> VerifyCost | None:
-        """b_p(γ): plain steps (γ = 0) timed on their own; each γ the window has drafted at, its median verify
-        time; other γ from a line fitted through those medians. Medians, not means: on a busy host a step can
-        take several times its cost, and one such step must not swing γ.
+        """b_p(γ): plain steps (γ = 0) timed on their own; each γ the window has drafted at, its mean verify
+        time; other γ from a line fitted through the drafted steps.
 
         Verify cost is not a line in γ on every machine: on a CPU the matrix kernel changes with the number
         of tokens (the offline target verifies up to 4 tokens on one about as cheap as a plain step, and 5 or
@@ -82,18 +78,19 @@ class History:
         if not steps:
             plain = self.plain_ms()
             return None if plain is None else VerifyCost(plain, plain, 0.0)
-        by_gamma: dict[int, list[float]] = defaultdict(list)
-        for s in steps:
-            by_gamma[s.drafted].append(s.verify_ms)
-        measured = {gamma: median(ms) for gamma, ms in sorted(by_gamma.items())}
-        g, t = [float(x) for x in measured], list(measured.values())
+        g = [float(s.drafted) for s in steps]
+        t = [float(s.verify_ms) for s in steps]
         g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
         spread = sum((x - g_mean) ** 2 for x in g)
         slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
+        by_gamma: dict[int, list[float]] = defaultdict(list)
+        for s in steps:
+            by_gamma[s.drafted].append(s.verify_ms)
+        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(by_gamma.items())}
         return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope, measured)
 
     def plain_ms(self) -> float | None:
-        return median(self.plain) if self.plain else None
+        return sum(self.plain) / len(self.plain) if self.plain else None
 
 
 class Estimates:
