@@ -37,7 +37,7 @@ from specviz.core.drafters import Drafter  # noqa: E402
 from specviz.core.env import ENV  # noqa: E402
 from specviz.core.metrics import METRICS, summarize  # noqa: E402
 from specviz.core.policy import LengthPolicy  # noqa: E402
-from specviz.core.record import SPANS, LevelRecord, NodeRecord, StepEvent, TreeRecord, VerifyRecord  # noqa: E402
+from specviz.core.record import SPANS, LevelRecord, NodeRecord, StepEvent, TreeRecord  # noqa: E402
 from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES, Registry  # noqa: E402
 from specviz.models.paths import ASSETS  # noqa: E402
 from specviz.models.presets import DEFAULT_ORDER, PRESETS  # noqa: E402
@@ -184,7 +184,7 @@ def bench_sets_table() -> str:
 
 OWNERS = {"THEORY_KEYS": "specviz/analysis/theory.py", "Trace": "specviz/api/trace.py",
           "METRICS": "specviz/core/metrics.py", "StepEvent": "specviz/core/record.py",
-          "VerifyRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py", "SPANS": "specviz/core/record.py",
+          "NodeRecord": "specviz/core/record.py", "TreeRecord": "specviz/core/record.py", "SPANS": "specviz/core/record.py",
           "SERVING_KEYS": "specviz/runtime/serving.py"}
 
 
@@ -212,13 +212,22 @@ def json_object() -> str:
 
 
 def json_step() -> str:
+    """The keys a step's JSON shows: a single path's step and a branching tree's, each as a server's step too."""
     mentions(StepEvent.KEYS["extra"], fields(LevelRecord), "StepEvent.KEYS['extra']")
-    return keys_table(StepEvent.KEYS, StepEvent.json_keys()[1], "StepEvent.KEYS")
+    steps = [StepEvent(1, "d", 2, 2, [1, 2], [], [], 1, [1, 3], [], ["exact"], dict.fromkeys(SPANS, 0.0), 0.0, 0.0, 0.0, tree,
+                       untold=[]) for tree in (TreeRecord.single_path(2, 1), TreeRecord("dynamic", 2, [-1, -1], [0]))]
+    return keys_table(StepEvent.KEYS, {k for step in steps for k in step.to_dict()}, "StepEvent.KEYS")
 
 
 def json_tree() -> str:
-    mentions(TreeRecord.KEYS["nodes"], fields(NodeRecord), "TreeRecord.KEYS['nodes']")
-    return keys_table(TreeRecord.KEYS, {f.name for f in dataclasses.fields(TreeRecord)}, "TreeRecord.KEYS")
+    mentions(TreeRecord.KEYS["nodes"], ["parent", "depth", "verify"], "TreeRecord.KEYS['nodes']")
+    return keys_table(TreeRecord.KEYS, set(fields(TreeRecord)) | {"nodes"}, "TreeRecord.KEYS")
+
+
+def json_verify() -> str:
+    """A single path's checked node as JSON, with every field that may apply (a scoring rule, a rejection)."""
+    node = NodeRecord(1, -1, 1, 0.5, 0.5, None, False, "rejected", 0.0, [], [], argmax=2, residual_top={})
+    return keys_table(NodeRecord.PATH_KEYS, set(node.to_dict(0.5, 0.5)), "NodeRecord.PATH_KEYS")
 
 
 def json_serving() -> str:
@@ -291,7 +300,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "json-metrics": lambda: keys_table(METRICS, set(summarize([])), "METRICS"),
     "json-step": json_step,
     "json-spans": lambda: keys_table(SPANS, set(SPANS), "SPANS"),
-    "json-verify": lambda: keys_table(VerifyRecord.KEYS, {f.name for f in dataclasses.fields(VerifyRecord)}, "VerifyRecord.KEYS"),
+    "json-verify": json_verify,
     "json-tree": json_tree,
     "json-theory": json_theory,
     "json-serving": json_serving,

@@ -142,9 +142,9 @@ def test_judge_scores_come_from_the_verify_pass(tiny_target, tiny_draft, confide
                 logits = tiny_target.model(torch.tensor([tokens + e.draft_ids])).logits[0]
             n, g = len(tokens), len(e.draft_ids)
             x = head.inputs(states[n: n + g], logits[n - 1: n + g - 1], torch.tensor(e.draft_ids))
-            assert e.judge_scores == pytest.approx(head.score(x).tolist(), abs=1e-4)
+            assert e.scores.scores == pytest.approx(head.score(x).tolist(), abs=1e-4) and e.scores.threshold == 0.5
             kept = [r for r in e.accept_reasons if r in ("exact", "judge")]
-            assert all(s > 0.5 for s, r in zip(e.judge_scores, kept) if r == "judge")
+            assert all(s > 0.5 for s, r in zip(e.scores.scores, kept) if r == "judge")
         tokens += e.emitted_ids
 
 

@@ -83,8 +83,8 @@ def ends_at_the_output(e) -> bool:
     """A chain step's record holds nothing accepted past its output: its accepted count, reasons and verify records end
     where its emitted tokens do."""
     return (e.accepted <= len(e.emitted_ids) and e.emitted_ids[: e.accepted] == e.draft_ids[: e.accepted]
-            and set(e.accept_reasons[e.accepted:]) <= {"rejected", "unchecked"} and len(e.verify) <= len(e.emitted_ids)
-            and all(v.accepted == (i < e.accepted) for i, v in enumerate(e.verify)))
+            and set(e.accept_reasons[e.accepted:]) <= {"rejected", "unchecked"} and len(e.checked) <= len(e.emitted_ids)
+            and all(v.accepted == (i < e.accepted) for i, v in enumerate(e.checked)))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9], ids=["greedy", "sampled"])
@@ -103,7 +103,7 @@ def test_a_stop_token_among_accepted_drafts_ends_the_steps_record(tiny_target, t
     out = [t for e in events for t in e.emitted_ids]
     assert out == [t for e in full for t in e.emitted_ids][: at + 1] and out[-1] == stop
     last = events[-1]
-    assert last.accepted == len(last.emitted_ids) == len(last.verify) < len(last.draft_ids)
+    assert last.accepted == len(last.emitted_ids) == len(last.checked) < len(last.draft_ids)
     assert last.accept_reasons[last.accepted:] == ["unchecked"] * (len(last.draft_ids) - last.accepted)
     assert all(ends_at_the_output(e) for e in events)
     metrics = summarize(events)

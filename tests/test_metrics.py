@@ -3,7 +3,7 @@
 import pytest
 
 from specviz.core.metrics import per_position_acceptance, summarize
-from specviz.core.record import StepEvent
+from specviz.core.record import StepEvent, TreeRecord
 
 
 def event(draft_ids, accepted, emitted, elapsed_ms, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0, forward_ms=0.0):
@@ -11,8 +11,9 @@ def event(draft_ids, accepted, emitted, elapsed_ms, draft_ms=0.0, verify_ms=0.0,
              "recording": overhead_ms / 4}
     return StepEvent(step=0, drafter="d", gamma=len(draft_ids), drafted=len(draft_ids), draft_ids=draft_ids,
                      draft_q=[1.0] * len(draft_ids), draft_p=[1.0] * len(draft_ids), accepted=accepted, emitted_ids=emitted,
-                     emitted_p=[1.0] * len(emitted), accept_reasons=[], judge_scores=None, spans=spans,
-                     total_ms=draft_ms + verify_ms + overhead_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms)
+                     emitted_p=[1.0] * len(emitted), accept_reasons=[], spans=spans,
+                     total_ms=draft_ms + verify_ms + overhead_ms, forward_ms=forward_ms, elapsed_ms=elapsed_ms,
+                     tree=TreeRecord.single_path(len(draft_ids), accepted))
 
 
 EVENTS = [

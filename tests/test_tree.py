@@ -56,17 +56,17 @@ def test_a_chain_and_a_single_path_tree_give_identical_steps(tiny_target, tiny_d
     for a, b in zip(chain, tree, strict=True):
         da, db = a.to_dict(), b.to_dict()
         assert {k: da[k] for k in kept if k != "extra"} == {k: db[k] for k in kept if k != "extra"}
-        assert da["spans"].keys() == db["spans"].keys() and da.keys() == db.keys() and b.tree is None
+        assert da["spans"].keys() == db["spans"].keys() and da.keys() == db.keys() and not b.tree.branching
 
 
 def check_tree(event, nodes):
     """A well-formed tree: parents before children, the accepted path a root-down branch whose tokens come first."""
     tree, ids = event.tree, event.draft_ids
-    if tree is None:  # a single path drafted under a tree's shape: recorded as a chain's step is
-        assert event.verify and len(ids) <= event.gamma <= nodes
+    if not tree.branching:  # a single path drafted under a tree's shape: recorded as a chain's step is
+        assert event.checked and len(ids) <= event.gamma <= nodes
         return
     parents, path = tree.parents, tree.accepted_path
-    assert len(parents) == len(ids) == len(tree.nodes) <= event.gamma <= nodes
+    assert len(parents) == len(ids) == len(event.nodes) <= event.gamma <= nodes
     assert all(-1 <= parent < i for i, parent in enumerate(parents))
     assert [parents[i] for i in path] == ([-1] + path[:-1])[: len(path)]
     assert event.emitted_ids[: len(path)] == [ids[i] for i in path] and len(event.emitted_ids) <= len(path) + 1
@@ -75,7 +75,7 @@ def check_tree(event, nodes):
     for i, parent in enumerate(parents):
         siblings.setdefault(parent, []).append(ids[i])
     assert all(len(set(kids)) == len(kids) for kids in siblings.values())  # children are drawn without replacement
-    for i, node in enumerate(tree.nodes):
+    for i, node in enumerate(event.nodes):
         assert (node.token, node.parent) == (ids[i], parents[i])
         assert node.accepted == (True if i in path else node.accepted)
         if node.u is not None:  # sampled: the decision recomputes from the record
@@ -250,9 +250,30 @@ def test_tree_steps_round_trip_as_trace_steps(tiny_target, tiny_draft):
     from specviz.core.record import StepEvent
 
     events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 4, n=6)
-    assert all(StepEvent.from_dict(e.to_dict()) == e for e in events)
+    assert any(e.tree.branching for e in events)
+    assert all(StepEvent.from_dict(e.to_dict()) == e for e in events if e.tree.branching)
+    # a single path's step is written as a chain's: it loads as one, its nodes as they were
+    loaded = [StepEvent.from_dict(e.to_dict()) for e in events if not e.tree.branching]
+    assert all(x.tree.kind == "single-path" and x.to_dict() == e.to_dict() and x.nodes == e.nodes
+               for x, e in zip(loaded, [e for e in events if not e.tree.branching]))
     chain = list(decode(cached_model(tiny_target), PROMPTS[0], drafters=[NGramDrafter()], policy=FixedPolicy(2), max_new_tokens=4))
     assert all("tree" not in e.to_dict() for e in chain)  # a chain's steps are written as before
+
+
+def test_an_older_traces_tree_nodes_load_as_node_records(tiny_target, tiny_draft):
+    """Before version 5 a tree's nodes held token, parent, depth, p, q, u and accepted only: they load with their step's
+    reasons, and written back they hold the keys they had and those the record adds, empty."""
+    from specviz.core.record import StepEvent
+
+    events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12, sampler=Sampler(0.9, seed=2))
+    step = next(e for e in events if e.tree.branching).to_dict()
+    old_keys = ("token", "parent", "depth", "p", "q", "u", "accepted")
+    step["tree"]["nodes"] = [{k: n[k] for k in old_keys} for n in step["tree"]["nodes"]]
+    loaded = StepEvent.from_dict(step)
+    assert [n.reason for n in loaded.nodes] == step["accept_reasons"] and "rejected" in step["accept_reasons"]
+    assert all(n.accept_prob is None and n.p_top == n.q_top == [] for n in loaded.nodes)
+    again = loaded.to_dict()["tree"]["nodes"]
+    assert [{k: n[k] for k in old_keys} for n in again] == step["tree"]["nodes"]
 
 
 REAL_DRAFTS = ["head", "draft-m", "ngram"]
@@ -348,8 +369,8 @@ def test_views_draw_each_steps_tree_and_open_the_microscope_on_any_node(tiny_tar
     from specviz.viz.teach import microscope_html, narrate
 
     events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12, sampler=sampler)
-    branching = [x.to_dict() for x in events if x.tree is not None]  # the budget's best nodes may be one path: a chain's step
-    assert branching and all(x.verify for x in events if x.draft_ids and x.tree is None)
+    branching = [x.to_dict() for x in events if x.tree.branching]  # the budget's best nodes may be one path: a chain's step
+    assert branching and all(x.checked for x in events if x.draft_ids and not x.tree.branching)
     for e in branching:
         page, words = microscope_html(e, {}), narrate(e, {})
         path, nodes = e["tree"]["accepted_path"], e["tree"]["nodes"]
@@ -431,8 +452,8 @@ def test_a_stop_token_on_the_accepted_path_ends_the_steps_tree(tiny_target, temp
             check_tree(e, 8)  # the accepted path is the emitted tokens' (or all but the target's own last one)
     last, tree = events[-1], events[-1].tree
     assert len(tree.accepted_path) == last.accepted == len(last.emitted_ids)
-    below = [i for i, node in enumerate(tree.nodes) if tree.accepted_path[-1] in ancestors(tree.parents, i)]
-    assert below and all((tree.nodes[i].p, tree.nodes[i].u, tree.nodes[i].accepted) == (None, None, None) for i in below)
+    below = [i for i, node in enumerate(last.nodes) if tree.accepted_path[-1] in ancestors(tree.parents, i)]
+    assert below and all((last.nodes[i].p, last.nodes[i].u, last.nodes[i].accepted) == (None, None, None) for i in below)
     assert [last.accept_reasons[i] for i in below] == ["unchecked"] * len(below)
     metrics = summarize(events)
     assert metrics["accepted"] <= metrics["new_tokens"] - len(events) + 1
@@ -475,5 +496,5 @@ def test_without_records_a_run_emits_the_same_and_leaves_out_what_only_views_rea
 
     full, lean = steps(True), steps(False)
     assert [e.emitted_ids for e in lean] == [e.emitted_ids for e in full]
-    assert all(not (e.draft_p or e.draft_q or e.emitted_p or e.verify) for e in lean)
-    assert any(e.verify or e.tree for e in full)
+    assert all(not (e.draft_p or e.draft_q or e.emitted_p or e.nodes) for e in lean)
+    assert all(e.nodes for e in full if e.draft_ids)

@@ -9,7 +9,8 @@ from specviz.core.acceptance import ExactRule, LenientRule, TopKRule
 from specviz.core.drafters import ModelDrafter, NGramDrafter
 from specviz.core.engine import decode
 from specviz.core.policy import FixedPolicy
-from specviz.core.record import TOP_K, VerifyRecord
+from specviz.core.record import NodeRecord, StepEvent
+from specviz.core.recorder import TOP_K
 from specviz.core.sampling import Sampler
 from specviz.methods.chain import build_chain
 from specviz.methods.judge import JudgeHead, JudgeRule
@@ -36,31 +37,31 @@ def f32(x: float) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float32)
 
 
-def relaxed_accepts(rule, v: VerifyRecord) -> bool:
-    """The rule's own criterion, from what the record holds."""
+def relaxed_accepts(rule, v: NodeRecord, e: StepEvent, i: int) -> bool:
+    """The rule's own criterion, from what the record holds (a scoring rule's in the step's scores)."""
     if isinstance(rule, LenientRule):
         return bool(f32(v.u) * f32(v.q) * rule.lenience < f32(v.p))
     if isinstance(rule, TopKRule):
         return v.token in [t for t, _ in v.p_top[: rule.k]]
     if isinstance(rule, JudgeRule):
-        return v.score > v.threshold
+        return e.scores.scores[i] > e.scores.threshold
     return False
 
 
 def check_decisions(events, rule) -> int:
     decided = 0
     for e in events:
-        assert len(e.verify) == min(e.accepted + 1, len(e.draft_ids))  # accepted positions and the first rejection
-        for i, v in enumerate(e.verify):
+        assert len(e.checked) == min(e.accepted + 1, len(e.draft_ids))  # accepted positions and the first rejection
+        for i, v in enumerate(e.checked):
             exact = bool(f32(v.u) * f32(v.q) < f32(v.p))
-            assert v.accepted == (exact or relaxed_accepts(rule, v)) == (i < e.accepted)
+            assert v.accepted == (exact or relaxed_accepts(rule, v, e, i)) == (i < e.accepted)
             assert v.reason == ("exact" if exact else rule.name) if v.accepted else v.reason == "rejected"
             assert v.accept_prob == pytest.approx(min(1.0, v.p / v.q))
             assert v.token == e.draft_ids[i] and 0 <= v.u < 1
             assert len(v.p_top) == min(TOP_K, 96) and v.p_top[0][1] >= v.p - 1e-6
             decided += 1
         if e.accepted < len(e.draft_ids):
-            res = e.verify[e.accepted].residual_top
+            res = e.checked[e.accepted].residual_top
             assert res["emitted"] == e.emitted_ids[e.accepted] and abs(sum(x for _, x in res["top"]) - 1) < 1 + 1e-6
     return decided
 
@@ -82,17 +83,17 @@ def test_a_chains_decisions_and_levels_are_recorded(tiny_target, tiny_draft):
 def test_greedy_records_the_argmax_comparison(tiny_target, tiny_draft):
     events = run(tiny_target, tiny_draft, ExactRule(), Sampler())
     for e in events:
-        for i, v in enumerate(e.verify):
+        for i, v in enumerate(e.checked):
             assert v.u is None and v.accept_prob == float(v.accepted)
             if not v.accepted:
                 assert v.argmax == e.emitted_ids[i] != v.token
-    assert any(not v.accepted for e in events for v in e.verify)
+    assert any(not v.accepted for e in events for v in e.checked)
 
 
 def test_ngram_drafts_record_a_one_hot_q(tiny_target):
     events = list(decode(cached_model(tiny_target), [1, 2, 3, 1, 2, 3, 1, 2], drafters=[NGramDrafter()], policy=FixedPolicy(3),
                          sampler=Sampler(0.8, 1.0, 0), max_new_tokens=20))
-    records = [v for e in events for v in e.verify]
+    records = [v for e in events for v in e.checked]
     assert records and all(v.q == 1.0 and v.q_top == [[v.token, 1.0]] for v in records)
 
 
@@ -101,8 +102,8 @@ def test_recording_changes_no_token(tiny_target, tiny_draft, name):
     rule = RULES[name](tiny_target.model.config.hidden_size)
     a = run(tiny_target, tiny_draft, rule, Sampler(0.8, 0.9, 5))
     b = run(tiny_target, tiny_draft, rule, Sampler(0.8, 0.9, 5), record=False)
-    assert [e.emitted_ids for e in a] == [e.emitted_ids for e in b] and all(e.verify for e in a if e.draft_ids)
-    assert not any(e.verify for e in b)
+    assert [e.emitted_ids for e in a] == [e.emitted_ids for e in b] and all(e.checked for e in a if e.draft_ids)
+    assert not any(e.checked for e in b)
 
 
 def test_records_cross_the_trace_boundary_as_they_were(tiny_target, tiny_draft):

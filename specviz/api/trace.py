@@ -23,8 +23,9 @@ from specviz.viz.export import race_series, run_label, trace_headline, trace_pag
 from specviz.viz.render import Headline, TokenSpan, headline_html, legend_html, spans_html, token_css
 from specviz.viz.trace import TraceBuilder
 
-TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 4  # 2: a step may hold a token tree ("tree"); 3: spans, why, drafted;
-# 4: a run may come from a server ("source"), and a local one carries its export ("serving")
+TRACE_FORMAT, TRACE_VERSION = "specviz-trace", 5  # 2: a step may hold a token tree ("tree"); 3: spans, why, drafted;
+# 4: a run may come from a server ("source"), and a local one carries its export ("serving"); 5: a tree's nodes hold a
+# verify entry's keys
 MAX_TRACE_BYTES = 32 * 2**20
 
 
@@ -211,7 +212,7 @@ def token_pieces(tokenizer: Any, events: Sequence[StepEvent]) -> dict[int, str]:
     ids = set()
     for e in events:
         ids.update(e.draft_ids, e.emitted_ids)
-        for v in e.verify:
+        for v in e.nodes:
             ids.update(t for t, _ in v.p_top + v.q_top + (v.residual_top or {}).get("top", []))
     ids = sorted(ids - {None})  # a server's rejected drafts have no id
     return dict(zip(ids, tokenizer.batch_decode([[i] for i in ids])))

@@ -29,17 +29,26 @@ ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 
 
 @dataclass(frozen=True)
+class Relaxed:
+    """A rule's own criterion, per node: what it accepts beyond the exact test, and for a scoring rule (the judge) its
+    scores and the threshold they must exceed."""
+
+    accepts: torch.Tensor
+    scores: torch.Tensor | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
-    """What verifying a draft read, per node (None: never checked): the verdict, the exact test's own outcome, and when
-    sampling the target's p of the node's token at the stage it was tested and the uniform draw u; the lossy rule's
-    criterion (the judge's scores and δ), and the residual the correction was drawn from (sampling, after a rejection)."""
+    """What verifying a draft read, per node (None: never checked): the verdict, the exact test's own outcome, the
+    rule's own criterion (:class:`Relaxed`), and when sampling the target's p of the node's token at the stage it was
+    tested, the uniform draw u and the residual the correction was drawn from (after a rejection)."""
 
     accepted: list[bool | None]
     exact: list[bool | None]
+    relaxed: Relaxed
     p: list[float | None] | None = None
     u: list[float | None] | None = None
-    scores: torch.Tensor | None = None
-    threshold: float | None = None
     corrected: torch.Tensor | None = None
 
 
@@ -74,15 +83,6 @@ class Checked:
     def px_qx(self) -> tuple[torch.Tensor, torch.Tensor]:
         rows = torch.arange(len(self.ids), device=self.ids.device)
         return self.p[rows, self.ids], self.q[rows, self.ids]
-
-
-@dataclass(frozen=True)
-class Relaxed:
-    """What a rule accepts beyond the exact test, per node, and the judge's scores and δ when it has them."""
-
-    accepts: torch.Tensor
-    scores: torch.Tensor | None = None
-    threshold: float | None = None
 
 
 @ACCEPT_RULES.register("Lossless: accept with probability min(1, p/q); greedy: accept the target's argmax.")
@@ -124,8 +124,7 @@ class ExactRule:
             relaxed = self.relaxed(c)
             read = torch.cat([(exact | relaxed.accepts).long(), exact.long(), best]).tolist()  # the step's one device read
             path, row, accepted = descend(tree.parents, lambda node: bool(read[node]))
-            evidence = Evidence(accepted, [None if a is None else bool(read[n + i]) for i, a in enumerate(accepted)],
-                                scores=relaxed.scores, threshold=relaxed.threshold)
+            evidence = Evidence(accepted, [None if a is None else bool(read[n + i]) for i, a in enumerate(accepted)], relaxed)
             return Verdict(path, read[2 * n + row], self.reasons(evidence), evidence)
         return self._sampled(tree, c, p, sampler)
 
@@ -153,8 +152,8 @@ class ExactRule:
         corrected = stage.get(row)
         next_token = int(sampler.draw(p[row] if corrected is None else corrected))
         seen = [a is not None for a in accepted]
-        evidence = Evidence(accepted, [bool(h) if s else None for h, s in zip(hit, seen)], [x if s else None for x, s in zip(px, seen)],
-                            [x if s else None for x, s in zip(u, seen)], relaxed.scores, relaxed.threshold, corrected)
+        evidence = Evidence(accepted, [bool(h) if s else None for h, s in zip(hit, seen)], relaxed,
+                            [x if s else None for x, s in zip(px, seen)], [x if s else None for x, s in zip(u, seen)], corrected)
         return Verdict(path, next_token, self.reasons(evidence), evidence)
 
     def reasons(self, evidence: Evidence) -> list[str]:

@@ -16,7 +16,8 @@ from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
 from specviz.core.drafters import SINGLE_PATH, Draft, Drafter, step_size
 from specviz.core.policy import Choice, FirstDraft, FixedPolicy, LengthPolicy, Outcome, Pick
-from specviz.core.record import Recorder, StepEvent, StepMarks
+from specviz.core.record import StepEvent
+from specviz.core.recorder import Recorder, StepMarks
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Stopwatch
 from specviz.core.tree import TreeShape, depths

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specviz.core.errors import ServerError
-from specviz.core.record import SPANS, StepEvent
+from specviz.core.record import SPANS, StepEvent, TreeRecord
 
 UNTOLD = ["rejected_ids", "p", "q", "times"]
 """What a server's step does not say: the ids of its rejected drafts, p and q of each token, and per-step times."""
@@ -138,8 +138,8 @@ def _step(step: int, drafter: str, gamma: int, drafts: list, accepted: int, emit
           untold: list[str]) -> StepEvent:
     return StepEvent(step=step, drafter=drafter if drafts else "target", gamma=gamma if drafts else 0, drafted=len(drafts),
                      draft_ids=drafts, draft_q=[], draft_p=[], accepted=accepted, emitted_ids=emitted, emitted_p=[],
-                     accept_reasons=["exact"] * accepted, judge_scores=None, spans=dict.fromkeys(SPANS, 0.0), total_ms=0.0,
-                     forward_ms=0.0, elapsed_ms=elapsed_ms, untold=untold)
+                     accept_reasons=["exact"] * accepted, spans=dict.fromkeys(SPANS, 0.0), total_ms=0.0, forward_ms=0.0,
+                     elapsed_ms=elapsed_ms, tree=TreeRecord.single_path(len(drafts), accepted), untold=untold)
 
 
 def split_steps(prompt_ids: list[int], token_ids: list[int], accepted: list[int], drafted: list[int], timing: dict,
