@@ -4,6 +4,9 @@ draft-m, run by vLLM (a server this script starts, ``scripts/vllm_server.py``) a
 
 Per prompt: whether the token ids are equal, the accepted draft tokens in each engine, and how many of vLLM's steps
 line up with one of specviz's (same first token, same accepted count) once vLLM's prefill token is accounted for.
+Besides the plain local run, an *aligned* one runs specviz as vLLM runs: from vLLM's first speculative step on (the
+prompt and the prefill's token as its context, one token fewer to make), with vLLM's proposal (``ngram-earliest``
+for the n-gram drafter; draft-m over its whole vocabulary, as vLLM's draft model scores it).
 
     python scripts/vllm_agreement.py --out results/vllm_agreement   # writes OUT.csv and OUT.md
 """
@@ -16,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,18 +30,23 @@ from vllm_server import speculative_config  # noqa: E402
 
 import specviz  # noqa: E402
 from specviz.analysis.suites import load_suite  # noqa: E402
+from specviz.api import bank  # noqa: E402
 from specviz.core.errors import ServerError  # noqa: E402
 from specviz.models.vllm_client import VllmClient  # noqa: E402
 from specviz.models.vllm_steps import read_answer  # noqa: E402
+from specviz.runtime.config import DecodeConfig  # noqa: E402
+from specviz.runtime.prepare import prepare  # noqa: E402
 
 SPECS = ("ngram", "draft-m")
 COLUMNS = ["spec", "prompt_id", "tokens_equal", "first_difference", "tokens_vllm", "tokens_specviz", "accepted_vllm",
-           "accepted_specviz", "accepted_specviz_full_vocab", "steps_vllm", "steps_specviz", "steps_aligned", "unlisted_steps"]
+           "accepted_specviz", "accepted_aligned", "tokens_equal_aligned", "steps_vllm", "steps_specviz", "steps_aligned",
+           "steps_aligned_run", "unlisted_steps"]
+ALIGNED_DRAFT = {"ngram": "ngram-earliest", "draft-m": "draft-m"}
 
 
-def starts(steps: list[dict]) -> dict[int, int]:
-    """Each drafting step's first token position → its accepted count."""
-    out, at = {}, 0
+def starts(steps: list[dict], at: int = 0) -> dict[int, int]:
+    """Each drafting step's first token position (the first step's: ``at``) → its accepted count."""
+    out = {}
     for s in steps:
         if s["draft_ids"]:
             out[at] = s["accepted"]
@@ -71,25 +80,42 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
     return out
 
 
-def local_run(spec: str, prompt: str, max_new: int, full_vocab: bool = False) -> dict:
-    trace = specviz.speculate(prompt, draft=spec, gamma=3, gamma_policy="fixed", temperature=0, max_new_tokens=max_new,
-                              full_draft_vocab=full_vocab)
+def local_run(spec: str, prompt: str, max_new: int) -> dict:
+    trace = specviz.speculate(prompt, draft=spec, gamma=3, gamma_policy="fixed", temperature=0, max_new_tokens=max_new)
     return trace.to_json()
 
 
-def row(spec: str, pid: str, server: dict, local: dict, full: dict | None) -> dict:
+def aligned_run(spec: str, prompt: str, first: int, max_new: int) -> dict:
+    """specviz run as vLLM runs: its context the prompt and the prefill's token ``first``, ``max_new`` − 1 tokens to
+    make, vLLM's proposal (:data:`ALIGNED_DRAFT`, a draft model over its whole vocabulary)."""
+    config = DecodeConfig.from_values(dict(draft=ALIGNED_DRAFT[spec], gamma=3, gamma_policy="fixed", temperature=0,
+                                           max_new_tokens=max_new - 1, full_draft_vocab=spec != "ngram"))
+    run = prepare(config, prompt, bank())
+    run = replace(run, prompt_ids=run.prompt_ids + [first])
+    steps = [e.to_dict() for e in run.events()]
+    return {"token_ids": [first] + [t for s in steps for t in s["emitted_ids"]], "steps": steps,
+            "accepted": sum(s["accepted"] for s in steps)}
+
+
+def aligned_steps(server: dict, steps: list[dict], at: int = 0) -> int | str:
+    """How many of vLLM's drafting steps one of ``steps`` (starting at token ``at``) matches: same first token, same
+    count kept; blank where vLLM's arrays could not be placed."""
+    if server["steps"] is None:
+        return ""
+    mine = starts(steps, at)
+    return sum(mine.get(start) == n for start, n in starts(server["steps"]).items())
+
+
+def row(spec: str, pid: str, server: dict, local: dict, aligned: dict) -> dict:
     a, b = server["ids"], local["token_ids"]
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
-    aligned = ""
-    if server["steps"] is not None:
-        mine, theirs = starts(local["steps"]), starts(server["steps"])
-        aligned = sum(mine.get(at) == n for at, n in theirs.items())
     drafting = sum(1 for s in local["steps"] if s["draft_ids"])
     return {"spec": spec, "prompt_id": pid, "tokens_equal": a == b, "first_difference": "" if first is None else first,
             "tokens_vllm": len(a), "tokens_specviz": len(b), "accepted_vllm": server["accepted"],
-            "accepted_specviz": local["metrics"]["accepted"],
-            "accepted_specviz_full_vocab": "" if full is None else full["metrics"]["accepted"],
-            "steps_vllm": server["n_steps"], "steps_specviz": drafting, "steps_aligned": aligned, "unlisted_steps": server["unlisted"]}
+            "accepted_specviz": local["metrics"]["accepted"], "accepted_aligned": aligned["accepted"],
+            "tokens_equal_aligned": aligned["token_ids"] == a, "steps_vllm": server["n_steps"], "steps_specviz": drafting,
+            "steps_aligned": aligned_steps(server, local["steps"]), "steps_aligned_run": aligned_steps(server, aligned["steps"], 1),
+            "unlisted_steps": server["unlisted"]}
 
 
 def within(x: int, y: int, share: float = 0.10) -> bool:
@@ -103,17 +129,22 @@ def summary(rows: list[dict], max_new: int, version: str) -> str:
              "(`--per-request-spec-decode-metrics detailed`), specviz's own engine with the same draft "
              "(`--gamma-policy fixed --gamma 3 --temperature 0`). Made by `python scripts/vllm_agreement.py`; "
              "docs/vllm.md explains the differences.", "",
-             "| draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | accepted within 10 % | "
-             "accepted, specviz full vocab | vLLM steps aligned with specviz's | prompts with steps vLLM does not list |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "*Aligned*: specviz from vLLM's first speculative step on (the prompt and the prefill's token as its context), "
+             "drafting with vLLM's proposal (the aligned draft: vLLM's n-gram rule; draft-m over its whole vocabulary).", "",
+             "| draft | aligned draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | within 10 % | "
+             "accepted, specviz aligned | token ids equal, aligned | within 10 %, aligned | vLLM steps matched: "
+             "specviz / aligned / all | prompts with steps vLLM does not list |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in SPECS:
         rs = [r for r in rows if r["spec"] == spec]
         listed = [r for r in rs if r["steps_aligned"] != ""]
-        full = [r["accepted_specviz_full_vocab"] for r in rs if r["accepted_specviz_full_vocab"] != ""]
-        lines.append(f"| {spec} | {len(rs)} | {sum(r['tokens_equal'] for r in rs)} | {sum(r['accepted_vllm'] for r in rs)} | "
-                     f"{sum(r['accepted_specviz'] for r in rs)} | {sum(within(r['accepted_vllm'], r['accepted_specviz']) for r in rs)} | "
-                     f"{sum(full) if full else '–'} | {sum(r['steps_aligned'] for r in listed)} / {sum(r['steps_vllm'] for r in listed)} | "
-                     f"{sum(r['unlisted_steps'] > 0 for r in rs)} |")
+        lines.append(f"| {spec} | {ALIGNED_DRAFT[spec]} | {len(rs)} | {sum(r['tokens_equal'] for r in rs)} | "
+                     f"{sum(r['accepted_vllm'] for r in rs)} | {sum(r['accepted_specviz'] for r in rs)} | "
+                     f"{sum(within(r['accepted_vllm'], r['accepted_specviz']) for r in rs)} | "
+                     f"{sum(r['accepted_aligned'] for r in rs)} | {sum(r['tokens_equal_aligned'] for r in rs)} | "
+                     f"{sum(within(r['accepted_vllm'], r['accepted_aligned']) for r in rs)} | "
+                     f"{sum(r['steps_aligned'] for r in listed)} / {sum(r['steps_aligned_run'] for r in listed)} / "
+                     f"{sum(r['steps_vllm'] for r in listed)} | {sum(r['unlisted_steps'] > 0 for r in rs)} |")
     lines += ["", "## Per prompt", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -132,8 +163,8 @@ def main() -> int:
         served = server_runs(spec, prompts, a.port, a.max_new_tokens)
         for p in prompts:
             local = local_run(spec, p["prompt"], a.max_new_tokens)
-            full = local_run(spec, p["prompt"], a.max_new_tokens, full_vocab=True) if spec != "ngram" else None
-            rows.append(row(spec, p["id"], served[p["id"]], local, full))
+            aligned = aligned_run(spec, p["prompt"], served[p["id"]]["ids"][0], a.max_new_tokens)
+            rows.append(row(spec, p["id"], served[p["id"]], local, aligned))
             print(json.dumps(rows[-1]), flush=True)
         version = version or vllm_version()
     a.out.parent.mkdir(parents=True, exist_ok=True)

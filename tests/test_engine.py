@@ -7,12 +7,13 @@ import torch
 
 from specviz.core.acceptance import ExactRule
 from specviz.core.cache import CachedModel
-from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter
+from specviz.core.drafters import SINGLE_PATH, EarliestNGramDrafter, ModelDrafter, NGramDrafter, ngram_proposal
 from specviz.core.engine import decode
 from specviz.core.metrics import summarize
 from specviz.core.policy import Choice, FixedPolicy, LengthPolicy
 from specviz.core.record import SPANS
 from specviz.core.sampling import Sampler
+from specviz.core.tree import TreeShape
 from specviz.models.backends import cached_model
 
 
@@ -40,12 +41,12 @@ def test_ar_matches_generate(tiny_target, prompt):
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
-@pytest.mark.parametrize("which", ["other", "self", "ngram"])
+@pytest.mark.parametrize("which", ["other", "self", "ngram", "ngram-earliest"])
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_sd_matches_generate(tiny_target, tiny_draft, which, gamma, prompt):
     drafter = {"other": lambda: ModelDrafter(cached_model(tiny_draft)),
                "self": lambda: ModelDrafter(cached_model(tiny_target)),
-               "ngram": lambda: NGramDrafter()}[which]()
+               "ngram": lambda: NGramDrafter(), "ngram-earliest": lambda: EarliestNGramDrafter()}[which]()
     out, events = run(tiny_target, prompt, 40, [drafter], gamma)
     assert out == reference(tiny_target, prompt, 40)
     assert len(out) == 40
@@ -205,3 +206,14 @@ def test_with_draft_selection_the_policys_and_the_selectors_reasons_stay_apart(t
 ])
 def test_prompt_lookup(tokens, gamma, expected):
     assert NGramDrafter(max_ngram=3).draft(tokens, gamma, gamma, SINGLE_PATH, Sampler()).ids == expected
+
+
+@pytest.mark.parametrize("tokens", [[5, 6, 7, 5, 6, 8, 5, 6], [1, 2, 3, 9, 2, 3, 4, 2, 3], [7, 8, 7, 8, 7], [1, 2, 3], [4, 1, 2, 9, 2]])
+@pytest.mark.parametrize("shape", [SINGLE_PATH, TreeShape(2, "dynamic")])
+def test_the_earliest_match_drafter_drafts_vllms_proposal_in_any_shape(tokens, shape):
+    """Where the latest match and the earliest differ, ngram-earliest drafts what vLLM's n-gram proposer proposes."""
+    drafter = EarliestNGramDrafter()
+    for gamma in (1, 3, 5):
+        draft = drafter.draft(tokens, gamma, gamma, shape, Sampler())
+        assert draft.ids == ngram_proposal(tokens, 1, 3, gamma) and draft.tree.is_single_path
+        assert drafter.can_draft(tokens) == bool(draft.ids) and draft.q_of_ids() == [1.0] * len(draft.ids)

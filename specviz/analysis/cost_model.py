@@ -128,6 +128,31 @@ def predict_run(events: Sequence, t1_ms: float | None, profile: VerifyCost | Non
             "predicted_speedup": step_speedup(tokens, drafting, verifying)}
 
 
+def t1_of(ar_metrics: Mapping | None) -> float | None:
+    """T(1), the AR baseline's ms per target forward, from its metrics (None without a baseline)."""
+    return ar_metrics["verify_ms"] / ar_metrics["target_forwards"] if ar_metrics and ar_metrics.get("target_forwards") else None
+
+
+def by_gamma(events: Sequence, t1_ms: float | None, profile: VerifyCost | None = None) -> list[dict]:
+    """What each γ = 1 … the run's deepest draft would give at the run's measured per-depth acceptance: the tokens per
+    step, and where the run timed its steps (a server's steps are not timed) and drafted single paths, the speedup
+    ``E / (γ·c + r(γ + 1))`` with the run's c and its own r(k) where it fed k rows (the profile's elsewhere)."""
+    steps = [StepShape.of(e) for e in events]
+    a = per_depth_acceptance(steps)
+    timed = any(s.verify_ms > 0 for s in steps) and all(s.rows - 1 == s.depth for s in steps)
+    prediction = predict_run(events, t1_ms, profile) if timed else None
+    profile = profile or VerifyCost.load()
+    out = []
+    for gamma in range(1, len(a) + 1):
+        tokens = expected_tokens_by_depth(a, gamma)
+        speed = None
+        if prediction is not None:
+            ratio = prediction["verify_ratio"].get(gamma + 1, profile(gamma + 1))
+            speed = step_speedup(tokens, gamma * prediction["c"], ratio)
+        out.append({"gamma": gamma, "tokens_per_step": tokens, "speedup": speed})
+    return out
+
+
 def profile_from_bench(rows: Sequence[Mapping], source: str) -> VerifyCost:
     """r(k) from a benchmark CSV whose rows fix the fed rows (labels ending "(k rows)"): per k, the median over rows and
     prompts of the target's ms per forward over AR's on the same prompt."""

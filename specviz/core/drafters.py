@@ -227,6 +227,30 @@ class NGramDrafter(Drafter):
         return expand
 
 
+@DRAFTERS.register("vLLM's n-gram rule: the tokens after the earliest occurrence of the longest suffix (no model).")
+class EarliestNGramDrafter(NGramDrafter):
+    """vLLM's prompt lookup, as its n-gram proposer drafts: the budget's tokens that followed the *earliest* occurrence
+    of the longest suffix of the committed tokens (:func:`ngram_proposal`), in one block. For comparing with a vLLM
+    server running ``{"method": "ngram"}``: the same proposal, so the same drafts. Its q is one-hot."""
+
+    name = "ngram-earliest"
+
+    def can_draft(self, tokens: list[int]) -> bool:
+        return bool(ngram_proposal(tokens, self.min_ngram, self.max_ngram, 1))
+
+    def expander(self, tokens: list[int]) -> Expander:
+        block, vocab = ngram_proposal(tokens, self.min_ngram, self.max_ngram, len(tokens)), max(tokens) + 1
+
+        def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
+            rows = torch.full((len(new) or 1, vocab), -torch.inf)
+            for row, node in enumerate(new or [-1]):
+                depth = len(path_to(ids, parents, node))
+                if depth < len(block):
+                    rows[row, block[depth]] = 0.0
+            return rows
+        return expand
+
+
 def path_to(ids: list[int], parents: list[int], node: int) -> list[int]:
     """The tokens from the root down to ``node`` (none for −1, the root)."""
     path = []
@@ -253,3 +277,16 @@ def followers_q(seq: torch.Tensor, vocab: int, max_ngram: int, min_ngram: int = 
     weights = torch.pow(2.0, torch.arange(len(after), dtype=torch.float64) - len(after) + 1)
     q = torch.zeros(vocab, dtype=torch.float64).index_add_(0, after, weights)
     return (q / q.sum() if len(after) else q).float()
+
+
+def ngram_proposal(tokens: list[int], low: int, high: int, k: int) -> list[int]:
+    """vLLM's n-gram proposal after ``tokens``: the tokens that followed the earliest of the longest earlier matches of
+    the current suffix (``low`` to ``high`` tokens), at most ``k``; none without a match."""
+    best, start, last = 0, 0, len(tokens) - 1
+    for end in range(last - 1, -1, -1):  # latest first: a tie keeps the earliest
+        n = 0
+        while n < high and end - n >= 0 and tokens[end - n] == tokens[last - n]:
+            n += 1
+        if n and n >= best:
+            best, start = n, end + 1
+    return tokens[start:start + k] if best >= low else []

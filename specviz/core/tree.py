@@ -107,7 +107,7 @@ def children(logits: torch.Tensor | None, q: torch.Tensor | None, k: int, sample
     rank = (logits if logits is not None else q) if sampler.greedy else _gumbel_top(q, sampler)
     floor = -torch.inf if rank is logits else 0.0  # what a token nothing can draw scores
     top = rank.topk(min(k, rank.shape[-1]))
-    keys = top.values.log() if not sampler.greedy else q[top.indices].log() if q is not None else top.values * 0
+    keys = top.values.log() if not sampler.greedy else q[top.indices].log() if q is not None else torch.zeros_like(top.values)
     ids, valid, keys = torch.stack([top.indices.double(), (top.values > floor).double(), keys.double()]).tolist()
     n = int(sum(valid))  # the valid tokens come first: they score above the floor
     ids, keys = [int(t) for t in ids[:n]], keys[:n]
@@ -148,9 +148,9 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
         else:
             drawn, key, stages = [token], [0.0 if q is None else float(q[token].log())], None if q is None else q[None]
         cap = keys[parent] if parent >= 0 else 0.0
-        for j, (token, x) in enumerate(zip(drawn, key)):
+        for j, (child, x) in enumerate(zip(drawn, key)):
             cap = min(cap, (keys[parent] if parent >= 0 else 0.0) + x)
-            ids.append(token)
+            ids.append(child)
             parents.append(parent)
             keys.append(cap)
             qs.append(None if stages is None else stages[j])

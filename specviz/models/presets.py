@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specviz.core.drafters import NGramDrafter
+from specviz.core.drafters import EarliestNGramDrafter, NGramDrafter
 from specviz.core.env import env, env_flag
 from specviz.core.errors import ModelLoadError
 from specviz.models.paths import ASSETS
@@ -97,6 +97,8 @@ PRESETS: dict[str, Preset] = {
 
 
 NGRAM_DRAFT = NGramDrafter.name
+MODEL_FREE_DRAFTS = (NGRAM_DRAFT, EarliestNGramDrafter.name)
+"""The drafts every preset has, needing no model: specviz's n-gram drafter and vLLM's n-gram rule."""
 
 
 def _wheel_installed() -> bool:
@@ -135,9 +137,9 @@ def resolve_draft(preset: Preset, name: str) -> str:
     """A draft name of the preset, a hub id or a local path -> its source."""
     if name in preset.drafts:
         return preset.drafts[name]
-    if name == NGRAM_DRAFT:
-        return NGRAM_DRAFT
+    if name in MODEL_FREE_DRAFTS:
+        return name
     if Path(name).is_dir() or ("/" in name and not name.startswith((".", "/"))):
         return name
-    known = ", ".join([*preset.drafts, NGRAM_DRAFT])
+    known = ", ".join([*preset.drafts, *MODEL_FREE_DRAFTS])
     raise ModelLoadError(f"unknown draft '{name}' for preset '{preset.name}'; choose one of: {known} (or a hub id / local dir)")

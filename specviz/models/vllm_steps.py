@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specviz.core.drafters import ngram_proposal
 from specviz.core.errors import ServerError
 from specviz.core.record import SPANS, StepEvent, TreeRecord
 
@@ -119,19 +120,6 @@ def ngram_rule(config: dict | None) -> tuple[int, int, int] | None:
         raise ServerError(f"the n-gram speculative config {config} needs prompt_lookup_min <= prompt_lookup_max and "
                           "num_speculative_tokens, all positive")
     return low, high, k
-
-
-def ngram_proposal(tokens: list[int], low: int, high: int, k: int) -> list[int]:
-    """vLLM's n-gram proposal after ``tokens``: the tokens that followed the earliest of the longest earlier matches of
-    the current suffix (``low`` to ``high`` tokens), at most ``k``; none without a match."""
-    best, start, last = 0, 0, len(tokens) - 1
-    for end in range(last - 1, -1, -1):  # latest first: a tie keeps the earliest
-        n = 0
-        while n < high and end - n >= 0 and tokens[end - n] == tokens[last - n]:
-            n += 1
-        if n and n >= best:
-            best, start = n, end + 1
-    return tokens[start:start + k] if best >= low else []
 
 
 def _step(step: int, drafter: str, gamma: int, drafts: list, accepted: int, emitted: list[int], elapsed_ms: float,

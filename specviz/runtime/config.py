@@ -16,7 +16,7 @@ from specviz.core.errors import ConfigError
 from specviz.core.policy import MAX_GAMMA
 from specviz.core.registry import ACCEPT_RULES, GAMMA_POLICIES
 from specviz.core.tree import MAX_TREE_NODES, TREE_KINDS
-from specviz.models.presets import NGRAM_DRAFT, default_preset
+from specviz.models.presets import MODEL_FREE_DRAFTS, default_preset
 
 TREE_POLICIES = ("fixed", "online")
 """The γ policies that choose a tree's node budget."""
@@ -146,7 +146,7 @@ class DecodeConfig:
                                   f"{option('draft')} or {option('select')}")
             if len(self.chain) < 2 or len(set(self.chain)) != len(self.chain):
                 raise ConfigError(f"{option('chain')} needs at least two different models, fastest first (the target verifies last)")
-            if NGRAM_DRAFT in self.chain[1:]:
+            if set(MODEL_FREE_DRAFTS) & set(self.chain[1:]):
                 raise ConfigError(f"{option('chain')}: the n-gram drafter can only be the first (fastest) level: it cannot verify")
         if self.select and (self.method != "sd" or self.draft):
             raise ConfigError(f"{option('select')} chooses the draft per step: use it with {option('method')} sd and without "

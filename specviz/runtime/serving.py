@@ -36,7 +36,7 @@ def serving_export(config: DecodeConfig) -> dict:
     except ModelLoadError as exc:  # a draft passed as a loaded model object, or a name no longer resolvable
         return {"unsupported": str(exc)}
     kind, gamma = drafter_kind(source), config.gamma
-    if kind is NGramDrafter:
+    if issubclass(kind, NGramDrafter):  # vLLM proposes as ngram-earliest does; ngram continues the latest match
         low, high = NGRAM_RANGE
         vllm = {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_max": high, "prompt_lookup_min": low}
         sglang = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", str(gamma + 1),

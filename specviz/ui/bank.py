@@ -15,7 +15,7 @@ from pathlib import Path
 from specviz.core.env import env
 from specviz.methods.feature_head import is_feature_head
 from specviz.models.loading import describe_run_machine
-from specviz.models.presets import NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
+from specviz.models.presets import MODEL_FREE_DRAFTS, NGRAM_DRAFT, OFFLINE_PRESET, PRESETS, resolve_preset
 from specviz.runtime.bank import ModelBank
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import drafter_kind, run_drafts, run_preset
@@ -36,7 +36,7 @@ class Models:
         self.ready_s: float | None = None
 
     def is_loaded(self, config: DecodeConfig) -> bool:
-        drafts = [d for d in draft_names(config) if d != NGRAM_DRAFT]
+        drafts = [d for d in draft_names(config) if d not in MODEL_FREE_DRAFTS]
         with self._lock:
             return (config.preset, "") in self._loaded and all((config.preset, d) in self._loaded for d in drafts)
 
@@ -128,19 +128,20 @@ def warmup_configs(preset: str) -> list[DecodeConfig]:
 
 
 def available_drafts(preset: str) -> list[str]:
-    """The preset's drafts that can load now (hub ids count as available) and the n-gram drafter."""
+    """The preset's drafts that can load now (hub ids count as available) and the model-free drafters."""
     drafts = resolve_preset(preset).drafts
     present = [name for name, src in drafts.items()
                if not src.startswith("/") or Path(src, "config.json").exists() or is_feature_head(Path(src))]
-    return present + [NGRAM_DRAFT]
+    return present + list(MODEL_FREE_DRAFTS)
 
 
 def draft_choices(preset: str) -> list[tuple[str, str]]:
     """(label, value) choices for the draft dropdown: the preset's drafts, marked when weights are missing, + n-gram."""
     drafts = resolve_preset(preset).drafts if preset in PRESETS else {}
-    present = set(available_drafts(preset)) if preset in PRESETS else {NGRAM_DRAFT}
+    present = set(available_drafts(preset)) if preset in PRESETS else set(MODEL_FREE_DRAFTS)
     choices = [(name if name in present else f"{name} (weights not found yet)", name) for name in drafts]
-    return choices + [("ngram (prompt lookup, no model)", NGRAM_DRAFT)]
+    return choices + [("ngram (prompt lookup, no model)", NGRAM_DRAFT),
+                      ("ngram-earliest (vLLM's n-gram rule, no model)", MODEL_FREE_DRAFTS[1])]
 
 
 def default_draft(preset: str) -> str:

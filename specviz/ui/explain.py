@@ -7,7 +7,7 @@ import html
 
 import gradio as gr
 
-from specviz.analysis.cost_model import VerifyCost, predict_run
+from specviz.analysis.cost_model import VerifyCost, predict_run, t1_of
 from specviz.ui.state import ensure_session
 from specviz.viz import charts
 from specviz.viz.render import status_html
@@ -42,9 +42,7 @@ def run_prediction(session: dict | None) -> dict | None:
     last = ensure_session(session).get("last")
     if not last or last["config"]["method"] != "sd" or not last.get("events"):
         return None
-    ar = (last.get("ar") or {}).get("metrics") or {}
-    t1 = ar["verify_ms"] / ar["target_forwards"] if ar.get("target_forwards") else None
-    return predict_run(last["events"], t1)
+    return predict_run(last["events"], t1_of((last.get("ar") or {}).get("metrics")))
 
 
 def measured_from(session: dict | None, prediction: dict | None) -> charts.Measured | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from specviz.analysis.cost_model import StepShape, by_gamma, t1_of
 from specviz.core.formulas import best_gamma, expected_tokens, speedup
 
 PALETTE = ["#4C6FE0", "#E0784C", "#2E9D6B", "#B04CE0", "#C9A227"]
@@ -68,15 +69,15 @@ def race_figure(series: Sequence[Series], title: str = "Tokens generated vs wall
     return figure(race_spec(series, title))
 
 
-_DOMAINS = {(1, 1): ([0, 0.44], [0.6, 1]), (1, 2): ([0.56, 1], [0.6, 1]), (2, 1): ([0, 0.44], [0, 0.36]), (2, 2): ([0.56, 1], [0, 0.36])}
+_COLUMNS, _ROWS = ([0, 0.44], [0.56, 1]), ([0.74, 1], [0.39, 0.63], [0, 0.24])
 
 
 def _grid_layout(titles: Sequence[str], x_titles: Sequence[str], y_titles: Sequence[str]) -> dict:
-    """A 2×2 grid of independent axes with a title above each cell."""
+    """A grid of independent axes, two cells a row, with a title above each cell."""
     layout: dict = {"annotations": []}
-    for i, cell in enumerate(((1, 1), (1, 2), (2, 1), (2, 2))):
+    for i in range(len(titles)):
         n = "" if i == 0 else str(i + 1)
-        xd, yd = _DOMAINS[cell]
+        xd, yd = _COLUMNS[i % 2], _ROWS[i // 2]
         layout[f"xaxis{n}"] = {"domain": xd, "anchor": f"y{n}", "title": {"text": x_titles[i]}}
         layout[f"yaxis{n}"] = {"domain": yd, "anchor": f"x{n}", "title": {"text": y_titles[i]}, "rangemode": "tozero"}
         layout["annotations"].append({"text": f"<b>{titles[i]}</b>", "x": sum(xd) / 2, "y": yd[1] + 0.035, "xref": "paper",
@@ -96,6 +97,10 @@ class Dynamics:
     accepted: list[int]
     per_position: list[float]
     split_ms: dict[str, float]
+    lengths: dict[int, list[int]] = field(default_factory=dict)
+    """Per draft length (a tree: the depth it reached), how many of its steps kept 0, 1, … drafts."""
+    by_gamma: list[dict] = field(default_factory=list)
+    """The cost model at the run's acceptance, per γ (:func:`specviz.analysis.cost_model.by_gamma`)."""
     ar_tokens_per_s: float | None = None
     ar_split_ms: dict[str, float] | None = None
     extra: dict = field(default_factory=dict)
@@ -108,9 +113,14 @@ def dynamics_from_events(events: Sequence[Mapping], metrics: Mapping, ar_metrics
     for e in events:
         total += len(e["emitted_ids"])
         cum.append(1e3 * total / e["elapsed_ms"] if e["elapsed_ms"] > 0 else 0.0)
+    lengths: dict[int, list[int]] = {}
+    for shape in (StepShape.of(e) for e in events):
+        if shape.depth:
+            lengths.setdefault(shape.depth, [0] * (shape.depth + 1))[min(shape.accepted, shape.depth)] += 1
     return Dynamics(steps, tps, cum, [e["gamma"] for e in events], [len(e["draft_ids"]) for e in events], [e["accepted"] for e in events],
-                    list(metrics.get("per_position_accept", [])), split_of(metrics),
-                    ar_metrics["tokens_per_s"] if ar_metrics else None, split_of(ar_metrics) if ar_metrics else None)
+                    list(metrics.get("per_position_accept", [])), split_of(metrics), dict(sorted(lengths.items())),
+                    by_gamma(events, t1_of(ar_metrics)), ar_metrics["tokens_per_s"] if ar_metrics else None,
+                    split_of(ar_metrics) if ar_metrics else None)
 
 
 def split_of(metrics: Mapping) -> dict[str, float]:
@@ -137,15 +147,26 @@ def dynamics_spec(d: Dynamics) -> dict:
         data.append({"type": "scatter", "mode": "lines", "x": [d.steps[0] if d.steps else 0, d.steps[-1] if d.steps else 1],
                      "y": [d.ar_tokens_per_s] * 2, "name": "AR baseline tok/s", "line": {"color": AR_COLOUR, "dash": "dash"},
                      "xaxis": "x", "yaxis": "y"})
+    for k, (length, counts) in enumerate(d.lengths.items()):
+        data.append({"type": "bar", "x": list(range(length + 1)), "y": counts, "name": f"drafted {length}",
+                     "marker": {"color": PALETTE[k % len(PALETTE)]}, "xaxis": "x5", "yaxis": "y5", "legendgroup": "lengths"})
+    gammas = [row["gamma"] for row in d.by_gamma]
+    data.append({"type": "scatter", "mode": "lines+markers", "x": gammas, "y": [row["tokens_per_step"] for row in d.by_gamma],
+                 "name": "tokens per step at γ", "line": {"color": "#2E9D6B"}, "xaxis": "x6", "yaxis": "y6"})
+    if any(row["speedup"] is not None for row in d.by_gamma):
+        data.append({"type": "scatter", "mode": "lines+markers", "x": gammas, "y": [row["speedup"] for row in d.by_gamma],
+                     "name": "predicted speedup at γ", "line": {"color": PALETTE[0], "dash": "dash"}, "xaxis": "x6", "yaxis": "y6"})
     runs = [("this run", d.split_ms)] + ([("AR", d.ar_split_ms)] if d.ar_split_ms else [])
     for part, colour in SPLIT_COLOURS.items():
         data.append({"type": "bar", "orientation": "h", "y": [r for r, _ in runs], "x": [s[part] / 1e3 for _, s in runs],
                      "name": part, "marker": {"color": colour, "pattern": {"shape": _PATTERNS[part]}},
                      "xaxis": "x4", "yaxis": "y4", "legendgroup": "split"})
-    layout = {**BASE_LAYOUT, "height": 600, "barmode": "stack", "margin": {"l": 60, "r": 20, "t": 40, "b": 120},
+    layout = {**BASE_LAYOUT, "height": 860, "barmode": "stack", "margin": {"l": 60, "r": 20, "t": 40, "b": 120},
               **_grid_layout(["Throughput per step", "γ chosen and tokens drafted / accepted per step", "Acceptance by draft position",
-                              "Where the time went"],
-                             ["step", "step", "draft position", "seconds"], ["tokens / s", "drafted tokens", "acceptance rate", ""])}
+                              "Where the time went", "Drafts kept per step, by draft length",
+                              "At this acceptance, each γ would give"],
+                             ["step", "step", "draft position", "seconds", "drafts kept", "γ"],
+                             ["tokens / s", "drafted tokens", "acceptance rate", "", "steps", "× an AR step"])}
     layout["yaxis3"]["range"] = [0, 1.05]
     layout["legend"] = {"orientation": "h", "y": -0.14, "yanchor": "top"}
     return {"data": data, "layout": layout}

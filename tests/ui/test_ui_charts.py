@@ -12,9 +12,10 @@ from specviz.ui.state import new_session
 from specviz.viz import charts
 
 
-def events(n=6):
+def events(n=6, verify_ms=30.0):
     return [{"step": i, "emitted_ids": [1] * (1 + i % 3), "total_ms": 40.0 + i, "elapsed_ms": 100.0 + 45 * i, "gamma": 4,
-             "draft_ids": [7] * (i % 5), "accepted": min(i % 3, i % 5)} for i in range(1, n + 1)]
+             "draft_ids": [7] * (i % 5), "accepted": min(i % 3, i % 5),
+             "spans": {"drafting": 2.0 * (i % 5), "verifying": verify_ms}} for i in range(1, n + 1)]
 
 
 SPANS_MS = {"deciding": 1.0, "drafting": 2.0, "verifying": 260.0, "committing": 8.0, "recording": 3.0}
@@ -38,6 +39,23 @@ def test_dynamics_spec_is_valid_with_and_without_ar():
         assert {"accepted drafts", "drafted, not accepted", "γ chosen", "P(accept | drafted)", "prefill", *SPANS_MS, "outside"} <= names
         assert ("AR baseline tok/s" in names) == (ar is not None)
     assert d.gammas == [4] * 6 and d.drafted == [1, 2, 3, 4, 0, 1] and d.tokens_per_s[0] == pytest.approx(2000 / 41)
+
+
+def test_every_run_shows_its_drafts_kept_by_length_and_what_each_gamma_would_give():
+    """Steps that drafted 1, 2, 3, 4 and 1 tokens and kept 1, 2, 0, 1 and 0: a histogram per draft length; the cost model
+    at the measured per-depth acceptance (a_1 = 3/5 …) per γ, with a speedup only where the steps were timed."""
+    ar = {"tokens_per_s": 20.0, "prefill_ms": 90.0, "outside_ms": 0.0, "spans_ms": SPANS_MS, "verify_ms": 300.0,
+          "target_forwards": 10}
+    timed, untimed = (charts.dynamics_from_events(events(verify_ms=v), METRICS, ar if v else None) for v in (30.0, 0.0))
+    assert timed.lengths == {1: [1, 1], 2: [0, 0, 1], 3: [1, 0, 0, 0], 4: [0, 1, 0, 0, 0]}
+    assert [row["gamma"] for row in timed.by_gamma] == [1, 2, 3, 4]
+    assert timed.by_gamma[0]["tokens_per_step"] == pytest.approx(1.6) and untimed.by_gamma[0]["tokens_per_step"] == pytest.approx(1.6)
+    c = sum(2.0 * (i % 5) for i in range(1, 7)) / 11 / 30.0  # draft ms per drafted token over T(1) = 300 / 10
+    assert timed.by_gamma[0]["speedup"] == pytest.approx(1.6 / (c + 1.0))  # the run fed 2 rows at T(2) = T(1)
+    assert all(row["speedup"] is None for row in untimed.by_gamma)
+    names = {t.name for t in go.Figure(charts.dynamics_spec(timed)).data}
+    assert {"drafted 1", "drafted 4", "tokens per step at γ", "predicted speedup at γ"} <= names
+    assert "predicted speedup at γ" not in {t.name for t in go.Figure(charts.dynamics_spec(untimed)).data}
 
 
 def test_theory_formula_matches_the_design():
