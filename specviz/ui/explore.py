@@ -45,7 +45,7 @@ from specviz.ui.teach import build_step_panel, live_panel, view_update, wire_ste
 from specviz.viz import charts
 from specviz.viz.export import SPEEDS, race_series, trace_headline
 from specviz.viz.export import run_label as trace_label
-from specviz.viz.render import GENERATE, REASON_LEGEND, TokenSpan, headline_html, legend_html, spans_html, status_html
+from specviz.viz.render import GENERATE, REASON_LEGEND, TokenSpan, headline_html, legend_html, serving_html, spans_html, status_html
 from specviz.viz.trace import STEP_COLUMNS, step_row
 
 VIEW, TOKENS_ID = "explore", "explore-tokens"
@@ -67,10 +67,11 @@ PLACEHOLDER = ('<span class="sv-placeholder">Generated tokens stream here, one m
                'p (target), q (draft) and judge score.</span>')
 
 
-def frame(status=None, headline=None, tokens=None, race=None, dynamics=None, table=None, session=None, panel=None, files=None) -> tuple:
+def frame(status=None, headline=None, tokens=None, race=None, dynamics=None, table=None, session=None, panel=None, files=None,
+          serving=None) -> tuple:
     """One update of the Explore outputs; ``None`` leaves an output as it is. ``panel``: the step panel's (step,
-    narration, microscope); ``files``: the saved trace and HTML page."""
-    values = (status, headline, tokens, race, dynamics, table, session, *(panel or (None,) * 3), *(files or (None,) * 2))
+    narration, microscope); ``files``: the saved trace and HTML page; ``serving``: the run's export to serving engines."""
+    values = (status, headline, tokens, race, dynamics, table, session, *(panel or (None,) * 3), *(files or (None,) * 2), serving)
     return tuple(gr.skip() if v is None else v for v in values)
 
 
@@ -225,7 +226,7 @@ def _final_frame(live: Live, config: DecodeConfig, ar: dict | None, baseline: st
     level = "warn" if generate and generate.get("error") else "ok"
     return frame(status=status_html(message, level), headline=headline(metrics, config, ar, note, generate), tokens=live.tokens_html,
                  race=race, dynamics=dyn, table=step_table(live.builder.rows), session=session,
-                 panel=view_update(trace, None, TOKENS_ID), files=save_trace_files(trace))
+                 panel=view_update(trace, None, TOKENS_ID), files=save_trace_files(trace), serving=serving_html(trace["serving"]))
 
 
 def gallery() -> dict[str, Path]:
@@ -253,7 +254,7 @@ def trace_frames(path: str | Path | None, name: str, session: dict) -> tuple:
               f"{trace.machine or 'an unknown machine'}. Every view works without a model: step through it, replay it.")
     return frame(status=status_html(status, "ok"), headline=headline_html(trace_headline(data)), tokens=spans_html(trace.spans),
                  race=charts.race_figure(race_series(data)), dynamics=dyn, table=step_table(rows), session=session,
-                 panel=view_update(data, None, TOKENS_ID))
+                 panel=view_update(data, None, TOKENS_ID), serving=serving_html(data["serving"]))
 
 
 def open_trace(upload: str | None, session: dict | None) -> Iterator[tuple]:
@@ -373,7 +374,9 @@ def build_explore_tab(session: gr.State) -> SettingsForm:
             example = gr.Dropdown(list(gallery()), value=None, label="Example traces (recorded on the offline preset)",
                                   elem_id="explore-examples")
             example_btn = gr.Button("Open example", elem_id="explore-open-example", scale=0, min_width=160)
-    outputs = [status, headline, tokens, race, dynamics, table, session, *panel.outputs(), trace_file, html_file]
+        serving = gr.HTML(status_html("After a run: its speculation as vLLM's --speculative-config and SGLang's flags.", "info"),
+                          elem_id="explore-serving")
+    outputs = [status, headline, tokens, race, dynamics, table, session, *panel.outputs(), trace_file, html_file, serving]
     form.wire(hint)
     wire_step_panel(panel, session, VIEW)
     upload.upload(open_trace, [upload, session], outputs, api_visibility="private")

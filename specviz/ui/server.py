@@ -18,6 +18,7 @@ from specviz.models.vllm_steps import UNTOLD
 from specviz.runtime.config import DecodeConfig
 from specviz.ui.handlers import default_prompt, guarded
 from specviz.ui.runs import save_trace_files
+from specviz.viz import charts
 from specviz.viz.render import headline_html, legend_html, spans_html, status_html
 from specviz.viz.teach import UNTOLD_WORDS
 from specviz.viz.trace import STEP_COLUMNS, TraceBuilder
@@ -57,22 +58,24 @@ class _Pieces:
 
 def run_on_server(url: str, model: str, spec: str, prompt: str, max_new_tokens: float, temperature: float,
                   timeout: float) -> Iterator[tuple]:
-    """Status first, then the run's headline, tokens, note, step table and trace files."""
+    """Status first, then the run's headline, tokens, note, dynamics (per-position acceptance, drafts kept by draft
+    length, what each γ would give), step table and trace files."""
     def frames() -> Iterator[tuple]:
-        yield status_html(f"Waiting for {url.strip() or 'the server'}…", "busy"), *(gr.skip(),) * 5
+        yield status_html(f"Waiting for {url.strip() or 'the server'}…", "busy"), *(gr.skip(),) * 6
         try:
             speculative = json.loads(spec) if spec and spec.strip() else None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"the speculative config is not JSON ({exc.msg})") from None
         config = DecodeConfig.from_values({"max_new_tokens": max_new_tokens, "temperature": temperature})
         trace = server_trace(prompt, url, model.strip() or None, config, float(timeout), speculative)
-        m = trace.metrics
+        m, data = trace.metrics, trace.to_dict()
         yield (status_html(f"{m['new_tokens']} tokens in {len(trace.steps)} steps; {m['accepted']} of {m['drafted']} "
                            "drafts accepted", "ok"),
                headline_html(trace.headline()), legend_html() + f"<div class='sv-tokens'>{spans_html(trace.spans)}</div>",
-               untold_note(trace), step_rows(trace), list(save_trace_files(trace.to_dict())))
+               untold_note(trace), charts.dynamics_figure(charts.dynamics_from_events(data["steps"], m)), step_rows(trace),
+               list(save_trace_files(data)))
 
-    yield from guarded(frames, lambda message: (status_html(message, "error"), *(gr.skip(),) * 5))
+    yield from guarded(frames, lambda message: (status_html(message, "error"), *(gr.skip(),) * 6))
 
 
 def build_server_tab() -> None:
@@ -93,8 +96,10 @@ def build_server_tab() -> None:
     headline = gr.HTML()
     tokens_view = gr.HTML()
     note = gr.Markdown()
+    dynamics = gr.Plot(charts.empty_figure("After a run: acceptance by position, drafts kept by draft length, each γ", 600),
+                       label="Per-step dynamics (the server's steps are not timed)", elem_id="server-dynamics")
     table = gr.Dataframe(pd.DataFrame(columns=STEP_COLUMNS), label="Steps", interactive=False)
     files = gr.File(label="Trace file and HTML page", file_count="multiple")
     run.click(run_on_server, [url, model, spec, prompt, tokens, temperature, timeout],
-              [status, headline, tokens_view, note, table, files], concurrency_id="server",
+              [status, headline, tokens_view, note, dynamics, table, files], concurrency_id="server",
               concurrency_limit=SERVER_CONCURRENCY, api_visibility="private")

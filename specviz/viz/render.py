@@ -8,6 +8,7 @@ colour only reinforces it, so the view reads in greyscale and for colour-blind u
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -206,3 +207,17 @@ def column_html(title: str, subtitle: str, body: str) -> str:
 
 def columns_html(columns: Sequence[str]) -> str:
     return f'<div class="sv-cols" style="--sv-ncols: {max(1, len(columns))}">' + "".join(columns) + "</div>"
+
+
+def serving_html(serving: Mapping | None) -> str:
+    """A run's speculation as a serving engine takes it (a trace's ``serving``): vLLM's ``--speculative-config`` and
+    SGLang's flags, ready to copy, or why neither engine can run it."""
+    if not serving:
+        return status_html("No export: this run came from a server, or its trace was written before runs kept one.", "info")
+    if "unsupported" in serving:
+        return status_html(f"Not servable by vLLM or SGLang as it is: {serving['unsupported']}.", "info")
+    vllm, sglang = json.dumps(serving["vllm_speculative_config"]), " ".join(serving["sglang_args"])
+    return ('<div class="sv-serving"><b>Serve this run\'s speculation</b>'
+            f"<div>vLLM: <code>--speculative-config '{html.escape(vllm)}'</code></div>"
+            f"<div>SGLang: <code>{html.escape(sglang)}</code></div></div>")
+

@@ -20,8 +20,11 @@ def test_a_server_run_draws_tokens_steps_and_what_the_server_does_not_tell():
     with replaying(run["exchanges"]) as url:
         out = frames(url, run, json.dumps(data["speculative_config"]))
     assert len(out) == 2 and "Waiting for" in out[0][0]
-    status, headline, tokens, note, table, files = out[1]
+    status, headline, tokens, note, dynamics, table, files = out[1]
     assert "drafts accepted" in status and "sv-tokens" in tokens and headline
+    panels = {t.name for t in dynamics.data}  # the server's run, like a local one: acceptance by position, by length, each γ
+    assert {"P(accept | drafted)", "tokens per step at γ"} <= panels and any(name.startswith("drafted ") for name in panels)
+    assert "predicted speedup at γ" not in panels  # its steps are not timed
     assert "does not tell the target's p, the draft's q, the step's time" in note and data["version"] in note
     assert isinstance(table, pd.DataFrame) and list(table.columns) == STEP_COLUMNS and len(table) > 1
     assert [f.rsplit(".", 1)[1] for f in files] == ["json", "html"]

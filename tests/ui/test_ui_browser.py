@@ -101,6 +101,8 @@ def test_walk_through_the_app(page):
     generate = page.locator("#explore-headline .sv-card").filter(has_text="speedup vs transformers' generate")
     assert generate.is_visible() and re.match(r"\d+\.\d\d×", generate.locator(".sv-card-value").inner_text())  # timed beside AR
     assert page.locator("#explore-dynamics .js-plotly-plot").count() == 1
+    serving = page.locator("#explore-serving").inner_text()  # the defaults' online γ: why no engine serves it as it is
+    assert "Not servable by vLLM or SGLang" in serving and "fixed" in serving, serving
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "explore.png"), full_page=True)
 

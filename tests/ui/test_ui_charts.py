@@ -126,4 +126,4 @@ def test_explore_frames_pickle_for_zerogpu():
                   table=step_table([[1, "ngram", 4, "1 / 4", "✓✗··", 2, " hi", 0.0, 0.1, 40.0, 0.5, 0.5, 41.1, 0.2, ""]]),
                   session=new_session())
     restored = pickle.loads(pickle.dumps(value))
-    assert restored[0] == "<b>x</b>" and restored[1] == {"__type__": "update"} and len(restored) == 12  # with the step panel and files
+    assert restored[0] == "<b>x</b>" and restored[1] == {"__type__": "update"} and len(restored) == 13  # panel, files, export

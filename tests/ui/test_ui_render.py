@@ -384,3 +384,15 @@ def test_compare_metrics_have_a_speedup_over_transformers_generate_from_the_same
     assert column["sd"] == 1.55 and column[AR_LABEL] == 0.65 and column[GENERATE_LABEL] == 1.0  # medians of 1.5, 1.6 / 0.5, 0.8
     assert table.loc[GENERATE_LABEL, "speedup vs AR"] == 1.625 and table.loc[GENERATE_LABEL, "same tokens as AR"] == "no"
     assert pd.isna(table.loc[GENERATE_LABEL, "mean accepted len"]) and table.loc["sd", "mean accepted len"] == 1.0  # it has no steps
+
+
+def test_a_runs_export_is_shown_ready_to_copy_or_with_why_not():
+    from specviz.runtime.serving import serving_export
+
+    ngram = render.serving_html(serving_export(DecodeConfig(draft="ngram", gamma_policy="fixed", gamma=3)))
+    assert "--speculative-config '{&quot;method&quot;: &quot;ngram&quot;" in ngram and "--speculative-num-draft-tokens 4" in ngram
+    online = render.serving_html(serving_export(DecodeConfig(draft="ngram", gamma_policy="online")))
+    assert "sv-status-info" in online and "serving engines draft a fixed γ" in online
+    assert "No export" in render.serving_html(None)
+    evil = render.serving_html({"vllm_speculative_config": {"model": "<script>x</script>"}, "sglang_args": ["<b>"]})
+    assert "<script>" not in evil and "<b>" not in evil.replace("<b>Serve", "")
