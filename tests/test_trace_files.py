@@ -116,3 +116,14 @@ def test_a_missing_file_is_one_line(tmp_path):
 
 def test_check_trace_accepts_what_save_writes():
     assert check_trace(json.loads(FIXTURE.read_text()))["version"] == 1
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "assets" / "traces").glob("*.json")), ids=lambda p: p.stem)
+def test_every_committed_trace_loads_and_every_steps_views_render(path):
+    """The example traces were written by older versions (a version 2 trace keeps a single path's tree under `tree`):
+    loaded, each step's nodes are node records, and its narration and microscope render with the numbers they show."""
+    trace = specviz.load_trace(path)
+    data = trace.to_dict()
+    assert [len(s.nodes) for s in trace.steps] and all(n.accept_prob is not None for s in trace.steps for n in s.checked)
+    views = step_views(data)
+    assert len(views) == len(trace.steps) and all(narration and microscope for narration, microscope in views)

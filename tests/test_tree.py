@@ -262,7 +262,7 @@ def test_tree_steps_round_trip_as_trace_steps(tiny_target, tiny_draft):
 
 def test_an_older_traces_tree_nodes_load_as_node_records(tiny_target, tiny_draft):
     """Before version 5 a tree's nodes held token, parent, depth, p, q, u and accepted only: they load with their step's
-    reasons, and written back they hold the keys they had and those the record adds, empty."""
+    reasons and their acceptance probability recomputed, and written back they hold the keys they had and the record's."""
     from specviz.core.record import StepEvent
 
     events = run_tree(cached_model(tiny_target), ModelDrafter(cached_model(tiny_draft)), 6, n=12, sampler=Sampler(0.9, seed=2))
@@ -271,7 +271,9 @@ def test_an_older_traces_tree_nodes_load_as_node_records(tiny_target, tiny_draft
     step["tree"]["nodes"] = [{k: n[k] for k in old_keys} for n in step["tree"]["nodes"]]
     loaded = StepEvent.from_dict(step)
     assert [n.reason for n in loaded.nodes] == step["accept_reasons"] and "rejected" in step["accept_reasons"]
-    assert all(n.accept_prob is None and n.p_top == n.q_top == [] for n in loaded.nodes)
+    assert all(n.p_top == n.q_top == [] for n in loaded.nodes)
+    assert all(n.accept_prob == (None if n.accepted is None else pytest.approx(min(1.0, n.p / n.q))) for n in loaded.nodes)
+    assert [n.accept_prob for n in loaded.nodes] == [n.accept_prob for n in next(e for e in events if e.tree.branching).nodes]
     again = loaded.to_dict()["tree"]["nodes"]
     assert [{k: n[k] for k in old_keys} for n in again] == step["tree"]["nodes"]
 

@@ -97,10 +97,19 @@ class NodeRecord:
 
     @classmethod
     def from_dict(cls, data: dict, i: int, reason: str) -> NodeRecord:
-        """Node ``i`` from its JSON: a branching tree's node, or position ``i`` of a single path (``verify``); a trace
-        older than the shared record has no ``reason`` in its tree nodes: the step's own for the node."""
+        """Node ``i`` from its JSON: a branching tree's node, or position ``i`` of a single path (``verify``). A trace
+        older than the shared record has no ``reason`` in its tree nodes (the step's own for the node is taken) and no
+        acceptance probability (recomputed from p, q and the verdict: trees were verified by the exact rule only)."""
         kept = {k: v for k, v in data.items() if k not in ("score", "threshold")}
+        if "accept_prob" not in kept and kept.get("accepted") is not None:
+            kept["accept_prob"] = accept_probability(kept["p"], kept["q"], kept["u"] is None, kept["accepted"])
         return cls(**{"parent": i - 1, "depth": i + 1, "reason": reason, **kept})
+
+
+def accept_probability(p: float, q: float, greedy: bool, exact: bool) -> float:
+    """The exact test's acceptance probability of a checked draft: min(1, p/q) when sampling (1 where q is 0); when
+    greedy, 1 or 0 as the draft is, or is not, the target's argmax (``exact``)."""
+    return float(exact) if greedy else min(1.0, p / q) if q > 0 else 1.0
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import torch
 from specviz.core.acceptance import UNCHECKED, Evidence, Verdict
 from specviz.core.drafters import Draft
 from specviz.core.policy import Outcome
-from specviz.core.record import LevelRecord, NodeRecord, Scores, StepEvent, TreeRecord
+from specviz.core.record import LevelRecord, NodeRecord, Scores, StepEvent, TreeRecord, accept_probability
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Mark, Stopwatch
 from specviz.core.tree import TreeShape, depths
@@ -119,7 +119,7 @@ def node_records(draft: Draft, verdict: Verdict, p: torch.Tensor, reasons: list[
         if i not in tops:
             out.append(NodeRecord(token, parent, depth, None, qx[i], None, None, reasons[i]))
             continue
-        prob = float(ev.exact[i]) if ev.u is None else min(1.0, px[i] / qx[i]) if qx[i] > 0 else 1.0
+        prob = accept_probability(px[i], qx[i], ev.u is None, ev.exact[i])
         p_top, q_top = tops[i]
         out.append(NodeRecord(token, parent, depth, px[i], qx[i], u[i], ev.accepted[i], reasons[i], prob, p_top,
                               [pair for pair in q_top if pair[1] > 0]))
