@@ -1,7 +1,8 @@
 """Capture what a real vLLM server answers, for the unit tests of ``specviz generate --server`` (tests/fixtures/vllm/).
 
-Each named run records every request specviz makes (path, JSON body) with the server's answer, so a test can replay
-the server exactly; it also records the answers specviz refuses (n = 2, an unknown model, a summary-only server is
+Each named run records every request specviz makes (path, JSON body) with the server's answer (a streamed answer as
+its chunks), so a test can replay the server exactly; each prompt runs whole (the CLI's and the API's request) and
+streamed (the app's, ``-streamed``). It also records the answers specviz refuses (n = 2, an unknown model, a summary-only server is
 simulated from these). Start the server first:
 
     python scripts/vllm_server.py start --port 8011 --spec draft-m
@@ -47,6 +48,13 @@ def record(url: str) -> tuple[list[dict], type]:
             exchanges.append({"path": path, "body": body, "answer": answer})
             return answer
 
+        def stream(self, path: str, body: dict):
+            chunks: list[dict] = []
+            exchanges.append({"path": path, "body": body, "chunks": chunks})
+            for chunk in super().stream(path, body):
+                chunks.append(chunk)
+                yield chunk
+
     return exchanges, Recording
 
 
@@ -63,9 +71,11 @@ def main() -> int:
     server_module.VllmClient = recording  # every request of the runs below is recorded
     runs = {}
     for key, (prompt, max_new) in PROMPTS.items():
-        start = len(exchanges)
-        trace = server_trace(prompt, a.url, config=DecodeConfig(max_new_tokens=max_new), speculative_config=a.speculative_config)
-        runs[key] = {"prompt": prompt, "max_new_tokens": max_new, "exchanges": exchanges[start:], "text": trace.text}
+        for name, progress in ((key, None), (f"{key}-streamed", lambda ids, text: None)):
+            start = len(exchanges)
+            trace = server_trace(prompt, a.url, config=DecodeConfig(max_new_tokens=max_new),
+                                 speculative_config=a.speculative_config, progress=progress)
+            runs[name] = {"prompt": prompt, "max_new_tokens": max_new, "exchanges": exchanges[start:], "text": trace.text}
     client = recording(a.url)
     model = client.model(None)
     refused = {"n2": client.chat(model, PROMPTS["story"][0], max_tokens=8, temperature=0.7, top_p=1.0, seed=0, n=2)}

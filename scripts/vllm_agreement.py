@@ -39,8 +39,8 @@ from specviz.runtime.prepare import prepare  # noqa: E402
 
 SPECS = ("ngram", "draft-m")
 COLUMNS = ["spec", "prompt_id", "tokens_equal", "first_difference", "tokens_vllm", "tokens_specviz", "accepted_vllm",
-           "accepted_specviz", "accepted_aligned", "tokens_equal_aligned", "steps_vllm", "steps_specviz", "steps_aligned",
-           "steps_aligned_run", "unlisted_steps"]
+           "accepted_vllm_emitted", "accepted_specviz", "accepted_aligned", "tokens_equal_aligned", "steps_vllm", "steps_specviz",
+           "steps_aligned", "steps_aligned_run", "unlisted_steps"]
 ALIGNED_DRAFT = {"ngram": "ngram-earliest", "draft-m": "draft-m"}
 
 
@@ -72,7 +72,8 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
                 print(f"{p['id']}: {exc}", flush=True)
                 steps = None
             ids = answer["choices"][0]["token_ids"]
-            out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "steps": steps,
+            kept = sum(s["accepted"] for s in steps) if steps is not None else spec_metrics["num_accepted_draft_tokens"]
+            out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "kept": kept, "steps": steps,
                             "n_steps": spec_metrics["num_spec_steps"],
                             "unlisted": max(0, len(ids) - 1 - sum(a + 1 for a in spec_metrics["per_step_accepted"] or []))}
     finally:
@@ -112,6 +113,7 @@ def row(spec: str, pid: str, server: dict, local: dict, aligned: dict) -> dict:
     drafting = sum(1 for s in local["steps"] if s["draft_ids"])
     return {"spec": spec, "prompt_id": pid, "tokens_equal": a == b, "first_difference": "" if first is None else first,
             "tokens_vllm": len(a), "tokens_specviz": len(b), "accepted_vllm": server["accepted"],
+            "accepted_vllm_emitted": server["kept"],
             "accepted_specviz": local["metrics"]["accepted"], "accepted_aligned": aligned["accepted"],
             "tokens_equal_aligned": aligned["token_ids"] == a, "steps_vllm": server["n_steps"], "steps_specviz": drafting,
             "steps_aligned": aligned_steps(server, local["steps"]), "steps_aligned_run": aligned_steps(server, aligned["steps"], 1),
@@ -131,18 +133,21 @@ def summary(rows: list[dict], max_new: int, version: str) -> str:
              "docs/vllm.md explains the differences.", "",
              "*Aligned*: specviz from vLLM's first speculative step on (the prompt and the prefill's token as its context), "
              "drafting with vLLM's proposal (the aligned draft: vLLM's n-gram rule; draft-m over its whole vocabulary).", "",
-             "| draft | aligned draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | within 10 % | "
-             "accepted, specviz aligned | token ids equal, aligned | within 10 %, aligned | vLLM steps matched: "
-             "specviz / aligned / all | prompts with steps vLLM does not list |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "*Emitted*: vLLM's accepted drafts that it emitted (at max_tokens or a stop token its last step drafts its "
+             "full γ and counts every draft it accepted, emitted or not; specviz's engine drafts no further than the end).",
+             "", "| draft | aligned draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | within 10 % | "
+             "accepted and emitted, vLLM | accepted, specviz aligned | token ids equal, aligned | within 10 %, aligned | "
+             "vLLM steps matched: specviz / aligned / all | prompts with steps vLLM does not list |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in SPECS:
         rs = [r for r in rows if r["spec"] == spec]
         listed = [r for r in rs if r["steps_aligned"] != ""]
         lines.append(f"| {spec} | {ALIGNED_DRAFT[spec]} | {len(rs)} | {sum(r['tokens_equal'] for r in rs)} | "
                      f"{sum(r['accepted_vllm'] for r in rs)} | {sum(r['accepted_specviz'] for r in rs)} | "
                      f"{sum(within(r['accepted_vllm'], r['accepted_specviz']) for r in rs)} | "
-                     f"{sum(r['accepted_aligned'] for r in rs)} | {sum(r['tokens_equal_aligned'] for r in rs)} | "
-                     f"{sum(within(r['accepted_vllm'], r['accepted_aligned']) for r in rs)} | "
+                     f"{sum(r['accepted_vllm_emitted'] for r in rs)} | {sum(r['accepted_aligned'] for r in rs)} | "
+                     f"{sum(r['tokens_equal_aligned'] for r in rs)} | "
+                     f"{sum(within(r['accepted_vllm_emitted'], r['accepted_aligned']) for r in rs)} | "
                      f"{sum(r['steps_aligned'] for r in listed)} / {sum(r['steps_aligned_run'] for r in listed)} / "
                      f"{sum(r['steps_vllm'] for r in listed)} | {sum(r['unlisted_steps'] > 0 for r in rs)} |")
     lines += ["", "## Per prompt", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

@@ -50,7 +50,9 @@ def test_a_captured_answer_splits_into_the_prefill_token_and_one_step_per_array_
     first, steps = trace.steps[0], [s for s in trace.steps[1:] if s.draft_ids]
     assert first.emitted_ids == ids[:1] and first.draft_ids == [] and first.drafter == "target"
     assert sum(len(s.emitted_ids) for s in trace.steps) == len(ids)
-    assert [s.accepted for s in steps] == (spec["per_step_accepted"] or [])  # vLLM sends null for no step
+    told = spec["per_step_accepted"] or []  # vLLM sends null for no step; its last may count drafts past the end
+    assert [s.accepted for s in steps] == [min(a, len(s.emitted_ids)) for a, s in zip(told, steps, strict=True)]
+    assert [s.accepted for s in steps[:-1]] == told[:-1]
     assert [len(s.draft_ids) for s in steps] == (spec["per_step_drafted"] or [])
     plain = [s for s in trace.steps[1:] if not s.draft_ids]
     assert all(len(s.emitted_ids) == 1 and s.drafter == "target" for s in plain)
@@ -63,7 +65,8 @@ def test_a_captured_answer_splits_into_the_prefill_token_and_one_step_per_array_
         else:
             assert all(t is None for t in s.draft_ids[len(kept):]) and s.untold == UNTOLD
     m = trace.metrics
-    assert (m["accepted"], m["drafted"], m["new_tokens"]) == (spec["num_accepted_draft_tokens"], spec["num_draft_tokens"], len(ids))
+    assert (m["accepted"], m["drafted"], m["new_tokens"]) == (sum(s.accepted for s in steps), spec["num_draft_tokens"], len(ids))
+    assert m["accepted"] <= spec["num_accepted_draft_tokens"]
     assert m["target_forwards"] == 1 + spec["num_spec_steps"] + len(plain)
     src = trace.source
     assert (src["engine"], src["version"], src["model"], src["url"]) == ("vllm", data["version"], data["model"], url)
@@ -217,6 +220,14 @@ def test_tokens_the_arrays_do_not_cover_are_refused_unless_the_ngram_rule_places
     assert [s.emitted_ids for s in steps] == [[0], [1, 2, 3, 4], [5]]
 
 
+def test_a_last_step_that_accepted_drafts_past_the_end_keeps_those_it_emitted():
+    """At max_tokens vLLM still drafts γ and counts every draft it accepted: prompt [1 2], output 5 6 7 with max_tokens 3;
+    the step after the prefill token accepted 3 of 3 drafts but only 6 7 were emitted."""
+    steps = split_steps([1, 2], [5, 6, 7], [3], [3], {})
+    assert [(s.draft_ids, s.accepted, s.emitted_ids) for s in steps] == [([], 0, [5]), ([6, 7, None], 2, [6, 7])]
+    assert steps[1].accept_reasons == ["exact", "exact"]
+
+
 def test_the_ngram_rule_is_vllms_longest_then_earliest_match():
     assert ngram_proposal([5, 6, 7, 5, 6, 8, 5, 6], 1, 3, 3) == [7, 5, 6]  # "5 6" twice before: the earliest wins
     assert ngram_proposal([1, 2, 3, 9, 2, 3, 4, 2, 3], 1, 3, 2) == [9, 2]  # "4 2 3" never came before; "2 3" twice
@@ -227,3 +238,57 @@ def test_the_ngram_rule_is_vllms_longest_then_earliest_match():
     assert [(s.draft_ids, s.emitted_ids) for s in steps] == [([], [1]), ([2, 1], [2, 1, 2]), ([1, 2], [1])]
     with pytest.raises(ServerError, match="does not reproduce"):
         split_steps([1, 2], [1, 2, 1, 2, 1], [2, 0], [3, 2], {}, ngram=(1, 3, 2))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_a_streamed_answer_gives_the_same_trace_and_reports_its_progress(name):
+    """The app's request streams: the answer so far after each chunk, and the steps from the final usage chunk, the same
+    as the whole answer's."""
+    data, whole = run_of(name)
+    _, streamed = run_of(name, "story-streamed")
+    seen: list[tuple[int, str]] = []
+    with replaying(streamed["exchanges"]) as url:
+        trace = trace_from(streamed, url, **config_of(data), progress=lambda ids, text: seen.append((len(ids), text)))
+    with replaying(whole["exchanges"]) as url:
+        reference = trace_from(whole, url, **config_of(data))
+    assert trace.token_ids == reference.token_ids and trace.text == reference.text
+    assert [s.to_dict() for s in trace.steps] == [s.to_dict() for s in reference.steps]
+    counts = [n for n, _ in seen]
+    assert counts == sorted(counts) and counts[-1] == len(trace.token_ids) and len(seen) > 1
+    assert seen[-1][1] == trace.text and all(trace.text.startswith(text) for _, text in seen)
+
+
+def streamed_bytes(change) -> callable:
+    """A hook that hands the streamed answer's chunks (deep-copied, [DONE] left off) to ``change`` and sends the bytes
+    it returns."""
+    def hook(path, body, answer):
+        if path != "/v1/chat/completions":
+            return answer
+        chunks = [json.loads(line[len(b"data: "):]) for line in answer.split(b"\n\n") if line.startswith(b"data: {")]
+        return change(copy.deepcopy(chunks))
+    return hook
+
+
+def sse(chunks: list, done: bool = True) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (b"data: [DONE]\n\n" if done else b"")
+
+
+BAD_STREAMS = [
+    (lambda c: sse(c, done=False), "ended before its final [DONE]"),
+    (lambda c: sse(c[:-1]), "no speculative-decoding metrics"),
+    (lambda c: sse(c[:3]) + b"data: {not json\n\n", "streamed a chunk that is not JSON"),
+    (lambda c: sse(c[:3] + [{"error": {"message": "engine dead\nmore"}}]), "failed while streaming: engine dead"),
+    (lambda c: sse(c[:2] + [{**c[2], "choices": [{**c[2]["choices"][0], "index": 1}]}] + c[3:]), "n = 1 only"),
+    (lambda c: sse(c[:2] + [{**c[2], "choices": [{**c[2]["choices"][0], "token_ids": "12"}]}] + c[3:]), "not as vLLM streams"),
+    (lambda c: sse([{**x, "choices": None} if i == 2 else x for i, x in enumerate(c)]), "has no choices"),
+    (lambda c: sse(c[:2] + c[3:]), "cannot be drawn"),  # a chunk lost: the ids no longer add up to the arrays
+]
+
+
+@pytest.mark.parametrize("change, fragment", BAD_STREAMS)
+def test_a_stream_that_is_not_what_vllm_sends_is_refused_in_one_line(change, fragment):
+    data, run = run_of("draft-m", "story-streamed")
+    with replaying(run["exchanges"], streamed_bytes(change)) as url, pytest.raises(ServerError) as err:
+        trace_from(run, url, progress=lambda ids, text: None)
+    message = str(err.value)
+    assert fragment in message and "\n" not in message

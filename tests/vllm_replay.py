@@ -22,6 +22,11 @@ def key(path: str, body: object) -> str:
     return f"{path} {json.dumps(body, sort_keys=True)}"
 
 
+def events(chunks: list[dict]) -> bytes:
+    """A streamed answer's chunks as the server-sent events vLLM sends."""
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
+
+
 Hook = Callable[[str, dict | None, object], object]
 """(path, request body, recorded answer) -> the answer to send: a JSON value, ``bytes`` sent as they are, or
 ``(status, bytes)``."""
@@ -42,7 +47,7 @@ def replaying(exchanges: list[dict], hook: Hook | None = None, delay_s: float = 
             recorded = answers.get(key(self.path, body))
             answer: object = (404, b'{"detail":"Not Found"}') if recorded is None else (
                 (recorded["status"], json.dumps({"error": {"message": recorded["error"]}}).encode()) if "error" in recorded
-                else recorded["answer"])
+                else events(recorded["chunks"]) if "chunks" in recorded else recorded["answer"])
             if hook is not None:
                 answer = hook(self.path, body, answer)
             status, data = answer if isinstance(answer, tuple) else (200, answer)

@@ -5,6 +5,7 @@ trace's ``source``."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from specviz.api.trace import Trace, trace_of
@@ -20,13 +21,15 @@ DRAFTER = "vllm"
 
 
 def server_trace(prompt: str, url: str, model: str | None = None, config: DecodeConfig | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S, speculative_config: dict | None = None) -> Trace:
+                 timeout: float = DEFAULT_TIMEOUT_S, speculative_config: dict | None = None,
+                 progress: Callable[[list[int], str], None] | None = None) -> Trace:
     """Run ``prompt`` on the vLLM server at ``url`` (its only model, or ``model``) with ``config``'s sampling settings
     (temperature, top-p, seed, max new tokens; the chat template is the server's) and return the run's Trace.
     A server that does not answer, is not vLLM, runs without speculation or per-request metrics, or sends what does
     not add up raises a one-line ServerError; a bad setting a ConfigError. ``speculative_config``: the server's
     ``--speculative-config``, where known: kept in the trace's source, and an n-gram server's steps are placed by
-    replaying its rule (vLLM lists no step that drafted nothing)."""
+    replaying its rule (vLLM lists no step that drafted nothing). ``progress``: the answer is streamed, and
+    ``progress(ids, text)`` hears the answer so far as it arrives (the steps come with the final chunk)."""
     config = (config or DecodeConfig()).validate()
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty")
@@ -43,8 +46,9 @@ def server_trace(prompt: str, url: str, model: str | None = None, config: Decode
     name = client.model(model)
     version = client.version()
     started = time.perf_counter()
-    body = client.chat(name, prompt, max_tokens=config.max_new_tokens, temperature=config.temperature,
-                       top_p=config.top_p, seed=config.seed)
+    sampling = dict(max_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p, seed=config.seed)
+    body = (client.chat(name, prompt, **sampling) if progress is None
+            else client.chat_streamed(name, prompt, **sampling, on_tokens=progress))
     answer = read_answer(body, DRAFTER, 1e3 * (time.perf_counter() - started), speculative_config)
     spec = answer.spec
     told = (speculative_config or {}).get("num_speculative_tokens", spec["num_spec_tokens"])

@@ -1,6 +1,7 @@
 """An OpenAI-compatible vLLM server as a source of runs: its models, its version, one chat completion with the
-token ids and the per-request speculative-decoding metrics (``--per-request-spec-decode-metrics detailed``), and the
-text of token ids (``/detokenize``). Standard library only.
+token ids and the per-request speculative-decoding metrics (``--per-request-spec-decode-metrics detailed``), whole or
+streamed (the metrics then come in the final usage chunk), and the text of token ids (``/detokenize``). Standard
+library only.
 
 Everything the server sends is data: a body that is not JSON, too large, or not the shape vLLM answers with raises
 a one-line :class:`~specviz.core.errors.ServerError`, as does a server that does not answer in time.
@@ -13,6 +14,8 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from specviz.core.errors import ServerError
@@ -46,11 +49,51 @@ class VllmClient:
 
     def request(self, path: str, body: dict | None = None) -> Any:
         """GET ``path`` (POST ``body`` as JSON when given) and return the decoded JSON answer."""
+        with self._open(path, body) as r:
+            raw = r.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            raise ServerError(f"{self.url}{path} sent more than {MAX_BODY_BYTES // 2**20} MB")
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ServerError(f"{self.url}{path} did not answer with JSON ({str(exc).splitlines()[0][:80]}): "
+                              "is this a vLLM server?") from None
+
+    def stream(self, path: str, body: dict) -> Iterator[dict]:
+        """POST ``body`` and yield each JSON chunk of the server-sent events it answers with, up to ``[DONE]``."""
+        size = 0
+        with self._open(path, body) as r:
+            for raw in r:
+                size += len(raw)
+                if size > MAX_BODY_BYTES:
+                    raise ServerError(f"{self.url}{path} streamed more than {MAX_BODY_BYTES // 2**20} MB")
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):  # the blank line between events, a comment
+                    continue
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    raise ServerError(f"{self.url}{path} streamed a chunk that is not JSON: is this a vLLM server?") from None
+                if not isinstance(chunk, dict):
+                    raise ServerError(f"{self.url}{path} streamed a chunk that is not a JSON object")
+                if "error" in chunk:
+                    error = chunk["error"]
+                    message = error.get("message") if isinstance(error, dict) else error
+                    raise ServerError(f"{self.url}{path} failed while streaming: {str(message).splitlines()[0][:200]}")
+                yield chunk
+        raise ServerError(f"{self.url}{path}: the stream ended before its final [DONE]")
+
+    @contextmanager
+    def _open(self, path: str, body: dict | None) -> Iterator[http.client.HTTPResponse]:
+        """The response to GET ``path`` (POST ``body``), its failures, reading included, as one-line ServerErrors."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"} if data else {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                raw = r.read(MAX_BODY_BYTES + 1)
+                yield r
         except urllib.error.HTTPError as exc:
             raise HTTPStatusError(f"{self.url}{path} answered HTTP {exc.code}: {error_message(exc)}", exc.code) from None
         except TimeoutError:
@@ -61,13 +104,6 @@ class VllmClient:
             raise ServerError(f"no server answers at {self.url}: {exc.reason}") from None
         except (OSError, ValueError, http.client.HTTPException) as exc:  # a body cut short, a malformed status line
             raise ServerError(f"{self.url}{path}: the connection failed ({type(exc).__name__}: {exc})") from None
-        if len(raw) > MAX_BODY_BYTES:
-            raise ServerError(f"{self.url}{path} sent more than {MAX_BODY_BYTES // 2**20} MB")
-        try:
-            return json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ServerError(f"{self.url}{path} did not answer with JSON ({str(exc).splitlines()[0][:80]}): "
-                              "is this a vLLM server?") from None
 
     def _route(self, path: str, absent: str):
         """The JSON body of GET ``path``; a server without the route raises a ServerError saying ``absent``."""
@@ -114,6 +150,36 @@ class VllmClient:
         if not isinstance(answer, dict):
             raise ServerError(f"{self.url}/v1/chat/completions did not answer with a JSON object")
         return answer
+
+    def chat_streamed(self, model: str, prompt: str, *, max_tokens: int, temperature: float, top_p: float, seed: int,
+                      on_tokens: Callable[[list[int], str], None]) -> dict:
+        """:meth:`chat`, streamed: ``on_tokens(ids, text)`` with the answer so far after each chunk that adds to it. Returns
+        the body a whole answer has, its usage and metrics (the speculation among them) from the final usage chunk."""
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                "temperature": temperature, "top_p": top_p, "seed": seed, "n": 1, "return_token_ids": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        prompt_ids, ids, text, finish, final = None, [], "", None, {}
+        for chunk in self.stream("/v1/chat/completions", body):
+            prompt_ids = chunk.get("prompt_token_ids", prompt_ids)  # vLLM sends them with the first chunk
+            choices = chunk.get("choices")
+            if not isinstance(choices, list):
+                raise ServerError("a streamed chunk has no choices: is this an OpenAI chat completion?")
+            for choice in choices:
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    raise ServerError("the server streamed more than one choice: per-request speculation is reported for "
+                                      "n = 1 only")
+                delta, new = choice.get("delta") or {}, choice.get("token_ids") or []
+                if not isinstance(new, list) or not isinstance(delta, dict) or not isinstance(delta.get("content") or "", str):
+                    raise ServerError("a streamed chunk's token ids or text are not as vLLM streams them")
+                ids, text = ids + new, text + (delta.get("content") or "")
+                finish = choice.get("finish_reason") or finish
+            if chunk.get("usage") is not None:
+                final = chunk
+            if choices:
+                on_tokens(ids, text)
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "token_ids": ids,
+                             "finish_reason": finish}],
+                "prompt_token_ids": prompt_ids, "usage": final.get("usage"), "metrics": final.get("metrics")}
 
     def decode(self, model: str, ids: list[int]) -> str:
         """The text of ``ids`` in the server's tokenizer (``/detokenize``)."""

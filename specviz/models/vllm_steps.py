@@ -3,7 +3,9 @@
 vLLM emits its first token from the prefill; every later step drafted ``per_step_drafted[i]`` tokens, kept
 ``per_step_accepted[i]`` and emitted one more of the target's own, so the answer's token ids split into a target
 step of one token and then one step per array entry. The last step may end early, at a stop token among its
-accepted drafts or at ``max_tokens``. A step says what the server does not tell (:data:`UNTOLD`): its rejected
+accepted drafts or at ``max_tokens``: vLLM drafts its full γ there and counts every draft it accepted, emitted or
+not, while the step records as accepted the drafts it emitted (as specviz's own engine does; the server's own total
+stays in the trace's source). A step says what the server does not tell (:data:`UNTOLD`): its rejected
 draft ids are ``null``, p and q are empty, its times are zero. vLLM lists no step that drafted nothing (an n-gram
 without a match); given an n-gram server's config, its rule is replayed to place those steps and name every draft.
 
@@ -164,7 +166,7 @@ def split_steps(prompt_ids: list[int], token_ids: list[int], accepted: list[int]
                               "is that the server's speculative config?")
         drafts = kept + [None] * (d - len(kept)) if proposal is None else proposal
         told = list(UNTOLD) if proposal is None else ["p", "q", "times"]
-        steps.append(_step(len(steps) + 1, drafter, gamma, drafts, a, emitted, end, told))
+        steps.append(_step(len(steps) + 1, drafter, gamma, drafts, min(a, len(emitted)), emitted, end, told))
         at += len(emitted)
         i += 1
     if i < len(accepted):

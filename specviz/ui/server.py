@@ -4,8 +4,13 @@ holds up the app's decodes; every failure is a visible one-line message."""
 
 from __future__ import annotations
 
+import html
 import json
-from collections.abc import Iterator
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import gradio as gr
 import pandas as pd
@@ -56,18 +61,53 @@ class _Pieces:
         return "".join(self.pieces.get(i, "") for i in ids)
 
 
+def streamed(run: Callable[[Callable[[list[int], str], None]], Trace], every_s: float = 0.15) -> Iterator[tuple[int, str] | Trace]:
+    """``run(progress)`` on a thread of its own (the request waits on the network, not on this machine's cores): the
+    answer so far as (tokens, text), at most every ``every_s`` seconds while it streams, then the Trace; its failure
+    is raised here."""
+    updates: queue.Queue = queue.Queue()
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["trace"] = run(lambda ids, text: updates.put((len(ids), text)))
+        except BaseException as exc:  # raised in the handler's thread, below
+            outcome["error"] = exc
+        finally:
+            updates.put(None)
+
+    threading.Thread(target=work, daemon=True, name="specviz-server-run").start()
+    latest, shown = None, 0.0
+    while (item := updates.get()) is not None:
+        latest = item
+        if time.perf_counter() - shown >= every_s:
+            shown = time.perf_counter()
+            yield latest
+    if "error" in outcome:
+        raise outcome["error"]
+    yield outcome["trace"]
+
+
 def run_on_server(url: str, model: str, spec: str, prompt: str, max_new_tokens: float, temperature: float,
                   timeout: float) -> Iterator[tuple]:
-    """Status first, then the run's headline, tokens, note, dynamics (per-position acceptance, drafts kept by draft
-    length, what each γ would give), step table and trace files."""
+    """Status first, the answer as it streams in, then the run's headline, tokens, note, dynamics (per-position
+    acceptance, drafts kept by draft length, what each γ would give), step table and trace files."""
     def frames() -> Iterator[tuple]:
-        yield status_html(f"Waiting for {url.strip() or 'the server'}…", "busy"), *(gr.skip(),) * 6
+        where = url.strip() or "the server"
+        yield status_html(f"Waiting for {where}…", "busy"), *(gr.skip(),) * 6
         try:
             speculative = json.loads(spec) if spec and spec.strip() else None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"the speculative config is not JSON ({exc.msg})") from None
         config = DecodeConfig.from_values({"max_new_tokens": max_new_tokens, "temperature": temperature})
-        trace = server_trace(prompt, url, model.strip() or None, config, float(timeout), speculative)
+        for got in streamed(partial(server_trace, prompt, url, model.strip() or None, config, float(timeout), speculative)):
+            if isinstance(got, Trace):
+                trace = got
+                break
+            count, text = got
+            yield (status_html(f"Receiving from {where}: {count} of at most {config.max_new_tokens} tokens; its steps "
+                               "come with the last chunk…", "busy"), gr.skip(),
+                   f"<div class='sv-tokens sv-streaming'>{html.escape(text)}</div>", *(gr.skip(),) * 4)
         m, data = trace.metrics, trace.to_dict()
         yield (status_html(f"{m['new_tokens']} tokens in {len(trace.steps)} steps; {m['accepted']} of {m['drafted']} "
                            "drafts accepted", "ok"),

@@ -16,11 +16,13 @@ def frames(url: str, run: dict, spec: str = "", model: str = "", timeout: float 
 
 def test_a_server_run_draws_tokens_steps_and_what_the_server_does_not_tell():
     data = captured("ngram")
-    run = data["runs"]["story"]
+    run = data["runs"]["story-streamed"]  # the tab streams the answer
     with replaying(run["exchanges"]) as url:
         out = frames(url, run, json.dumps(data["speculative_config"]))
-    assert len(out) == 2 and "Waiting for" in out[0][0]
-    status, headline, tokens, note, dynamics, table, files = out[1]
+    assert len(out) >= 3 and "Waiting for" in out[0][0]
+    progress = [frame for frame in out[1:-1]]  # the answer so far while it streams, at most every 0.15 s
+    assert progress and all("Receiving from" in frame[0] and "sv-streaming" in frame[2] for frame in progress)
+    status, headline, tokens, note, dynamics, table, files = out[-1]
     assert "drafts accepted" in status and "sv-tokens" in tokens and headline
     panels = {t.name for t in dynamics.data}  # the server's run, like a local one: acceptance by position, by length, each γ
     assert {"P(accept | drafted)", "tokens per step at γ"} <= panels and any(name.startswith("drafted ") for name in panels)
@@ -32,7 +34,7 @@ def test_a_server_run_draws_tokens_steps_and_what_the_server_does_not_tell():
 
 def test_failures_are_one_visible_line_and_the_tab_keeps_serving():
     data = captured("ngram")
-    run = data["runs"]["story"]
+    run = data["runs"]["story-streamed"]  # the tab streams the answer
     with replaying(run["exchanges"]) as url:
         errors = [frames(url, run)[-1][0],  # the n-gram steps cannot be placed without the server's config
                   frames(url, run, "{not json")[-1][0],
