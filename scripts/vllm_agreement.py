@@ -39,8 +39,8 @@ from specviz.runtime.prepare import prepare  # noqa: E402
 
 SPECS = ("ngram", "draft-m")
 COLUMNS = ["spec", "prompt_id", "tokens_equal", "first_difference", "tokens_vllm", "tokens_specviz", "accepted_vllm",
-           "accepted_vllm_emitted", "accepted_specviz", "accepted_aligned", "tokens_equal_aligned", "steps_vllm", "steps_specviz",
-           "steps_aligned", "steps_aligned_run", "unlisted_steps"]
+           "accepted_vllm_emitted", "accepted_vllm_comparable", "accepted_specviz", "accepted_aligned", "tokens_equal_aligned",
+           "steps_vllm", "steps_specviz", "steps_aligned", "steps_aligned_run", "unlisted_steps"]
 ALIGNED_DRAFT = {"ngram": "ngram-earliest", "draft-m": "draft-m"}
 
 
@@ -73,7 +73,11 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
                 steps = None
             ids = answer["choices"][0]["token_ids"]
             kept = sum(s["accepted"] for s in steps) if steps is not None else spec_metrics["num_accepted_draft_tokens"]
-            out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "kept": kept, "steps": steps,
+            last = steps[-1] if steps else {}
+            at_limit = (answer["choices"][0].get("finish_reason") == "length" and bool(last.get("draft_ids"))
+                        and last["accepted"] == len(last["emitted_ids"]))  # its last token an accepted draft
+            out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "kept": kept,
+                            "comparable": kept - at_limit, "steps": steps,
                             "n_steps": spec_metrics["num_spec_steps"],
                             "unlisted": max(0, len(ids) - 1 - sum(a + 1 for a in spec_metrics["per_step_accepted"] or []))}
     finally:
@@ -113,7 +117,7 @@ def row(spec: str, pid: str, server: dict, local: dict, aligned: dict) -> dict:
     drafting = sum(1 for s in local["steps"] if s["draft_ids"])
     return {"spec": spec, "prompt_id": pid, "tokens_equal": a == b, "first_difference": "" if first is None else first,
             "tokens_vllm": len(a), "tokens_specviz": len(b), "accepted_vllm": server["accepted"],
-            "accepted_vllm_emitted": server["kept"],
+            "accepted_vllm_emitted": server["kept"], "accepted_vllm_comparable": server["comparable"],
             "accepted_specviz": local["metrics"]["accepted"], "accepted_aligned": aligned["accepted"],
             "tokens_equal_aligned": aligned["token_ids"] == a, "steps_vllm": server["n_steps"], "steps_specviz": drafting,
             "steps_aligned": aligned_steps(server, local["steps"]), "steps_aligned_run": aligned_steps(server, aligned["steps"], 1),
@@ -134,20 +138,22 @@ def summary(rows: list[dict], max_new: int, version: str) -> str:
              "*Aligned*: specviz from vLLM's first speculative step on (the prompt and the prefill's token as its context), "
              "drafting with vLLM's proposal (the aligned draft: vLLM's n-gram rule; draft-m over its whole vocabulary).", "",
              "*Emitted*: vLLM's accepted drafts that it emitted (at max_tokens or a stop token its last step drafts its "
-             "full γ and counts every draft it accepted, emitted or not; specviz's engine drafts no further than the end).",
+             "full γ and counts every draft it accepted, emitted or not). *As specviz counts*: besides, an output cut at "
+             "max_tokens whose last token is a draft vLLM accepted counts that token as the target's own, as specviz's "
+             "engine makes it (it drafts no further than the token before the limit, which the target's verify adds).",
              "", "| draft | aligned draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | within 10 % | "
-             "accepted and emitted, vLLM | accepted, specviz aligned | token ids equal, aligned | within 10 %, aligned | "
-             "vLLM steps matched: specviz / aligned / all | prompts with steps vLLM does not list |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "accepted and emitted, vLLM | vLLM, as specviz counts | accepted, specviz aligned | token ids equal, aligned | "
+             "within 10 %, aligned | vLLM steps matched: specviz / aligned / all | prompts with steps vLLM does not list |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in SPECS:
         rs = [r for r in rows if r["spec"] == spec]
         listed = [r for r in rs if r["steps_aligned"] != ""]
         lines.append(f"| {spec} | {ALIGNED_DRAFT[spec]} | {len(rs)} | {sum(r['tokens_equal'] for r in rs)} | "
                      f"{sum(r['accepted_vllm'] for r in rs)} | {sum(r['accepted_specviz'] for r in rs)} | "
                      f"{sum(within(r['accepted_vllm'], r['accepted_specviz']) for r in rs)} | "
-                     f"{sum(r['accepted_vllm_emitted'] for r in rs)} | {sum(r['accepted_aligned'] for r in rs)} | "
-                     f"{sum(r['tokens_equal_aligned'] for r in rs)} | "
-                     f"{sum(within(r['accepted_vllm_emitted'], r['accepted_aligned']) for r in rs)} | "
+                     f"{sum(r['accepted_vllm_emitted'] for r in rs)} | {sum(r['accepted_vllm_comparable'] for r in rs)} | "
+                     f"{sum(r['accepted_aligned'] for r in rs)} | {sum(r['tokens_equal_aligned'] for r in rs)} | "
+                     f"{sum(within(r['accepted_vllm_comparable'], r['accepted_aligned']) for r in rs)} | "
                      f"{sum(r['steps_aligned'] for r in listed)} / {sum(r['steps_aligned_run'] for r in listed)} / "
                      f"{sum(r['steps_vllm'] for r in listed)} | {sum(r['unlisted_steps'] > 0 for r in rs)} |")
     lines += ["", "## Per prompt", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
