@@ -4,21 +4,31 @@ a metrics table and CSV / JSON exports of every step. The comparison itself is :
 
 from __future__ import annotations
 
+import html
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import gradio as gr
 import pandas as pd
 
 from specviz.analysis.result import result_of
-from specviz.api.trace import trace_of
-from specviz.core.errors import ConfigError
+from specviz.api.server import server_trace
+from specviz.api.trace import Trace, trace_of
+from specviz.core.errors import ConfigError, ServerError
+from specviz.models.vllm_client import DEFAULT_TIMEOUT_S
+from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import BASELINE_SETTINGS, baseline_config, plan
 from specviz.ui.bank import LOADING_MESSAGE, Models, default_preset, shared_models
 from specviz.ui.comparison import (
     GENERATE_LABEL,
     METRIC_COLUMNS,
     ROW_SETTINGS,
+    SERVER_COMPARISON,
+    SERVER_LABEL,
+    SERVER_SPEC,
     SETTINGS,
     Comparison,
     columns_at,
@@ -35,10 +45,11 @@ from specviz.ui.controls import UI_MAX_NEW_TOKENS, SettingsForm, form_handler
 from specviz.ui.decode import decode_steps
 from specviz.ui.handlers import decode_concurrency, default_prompt, example_prompts, guarded, time_generate_or_error
 from specviz.ui.runs import AR_LABEL, CHARTS_EVERY_S, REDRAW_EVERY_S, Every, Live, put_baseline, run_record
+from specviz.ui.server import DEFAULT_URL, streamed
 from specviz.ui.state import ensure_session
 from specviz.ui.teach import build_step_panel, view_update, wire_step_panel
 from specviz.viz import charts
-from specviz.viz.render import GENERATE, status_html
+from specviz.viz.render import GENERATE, spans_html, status_html
 
 WARMUP_TOKENS = 4
 
@@ -70,10 +81,47 @@ def _time_generate(models: Models, comp: Comparison, rnd: int) -> Iterator[tuple
         yield frame(columns=comp.columns(), race=comp.race())
 
 
+def _run_server(comp: Comparison, rnd: int, session: dict) -> Iterator[tuple]:
+    """One round on the vLLM server, streamed (its first round draws its column as the answer arrives, then its steps);
+    after a failure, which its column and the final status show, its later rounds are skipped."""
+    if comp.server_error:
+        return
+    server, config, chunks, text = comp.server, comp.configs[SERVER_LABEL], [], ""
+    started = time.perf_counter()
+    run = partial(server_trace, comp.prompt, server["url"], server["model"], config, DEFAULT_TIMEOUT_S, server["spec"])
+    try:
+        for got in streamed(run):
+            if isinstance(got, Trace):
+                trace = got
+                break
+            chunks.append([time.perf_counter() - started, got[0], html.escape(got[1][len(text):])])  # the text it added
+            text = got[1]
+            if rnd == 0:
+                comp.server_chunks = chunks
+            yield frame(status=_progress(comp, SERVER_LABEL, rnd, got[0]), columns=comp.columns() if rnd == 0 else None)
+    except (ServerError, ConfigError) as exc:
+        comp.server_error = str(exc)
+        yield frame(columns=comp.columns())
+        return
+    data = trace.to_dict()
+    comp.rounds[SERVER_LABEL].append(run_record(SERVER_LABEL, config, data["steps"], data, round=rnd + 1, order=len(comp.order) + 1))
+    comp.order.append(f"{SERVER_LABEL}#{rnd + 1}")
+    if rnd == 0:  # its tokens as they arrived (for the race), then its steps' spans in place of the streamed text
+        comp.server_chunks = [[t, n, ""] for t, n, _ in chunks] + [[time.perf_counter() - started, len(trace.token_ids),
+                                                                     spans_html(trace.spans)]]
+        comp.views[SERVER_LABEL] = {**data, "follow": True,
+                                    "selector": f"#compare-columns .sv-col:nth-child({comp.labels.index(SERVER_LABEL) + 1})"}
+        session["views"][view_key(SERVER_LABEL)] = comp.views[SERVER_LABEL]
+        yield frame(columns=comp.columns(), race=comp.race())
+
+
 def _run_one(models: Models, comp: Comparison, label: str, rnd: int, session: dict) -> Iterator[tuple]:
     """Stream one configuration; its first round updates its column live."""
     if label == GENERATE_LABEL:
         yield from _time_generate(models, comp, rnd)
+        return
+    if label == SERVER_LABEL:
+        yield from _run_server(comp, rnd, session)
         return
     config = comp.configs[label]
     run = plan(config, comp.prompt, models.bank)
@@ -107,6 +155,8 @@ def _progress(comp: Comparison, label: str, rnd: int, tokens: int) -> str:
 def _warm_up(models: Models, comp: Comparison) -> None:
     """A few tokens through every configuration first, so no run pays a first-call cost."""
     for label in comp.labels:
+        if label == SERVER_LABEL:  # the server warmed itself up when it started
+            continue
         models.load_weights(comp.configs[label])
         if label == GENERATE_LABEL:  # its timing warms itself up
             continue
@@ -114,19 +164,33 @@ def _warm_up(models: Models, comp: Comparison) -> None:
             pass
 
 
+def server_column(url: str | None, model: str | None, spec: str | None) -> dict | None:
+    """The server a comparison runs as a column (None without a URL); its speculative config is JSON where given."""
+    if not url or not url.strip():
+        return None
+    try:
+        speculative = json.loads(spec) if spec and spec.strip() else None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the server's speculative config is not JSON ({exc.msg})") from None
+    return {"url": url.strip(), "model": (model or "").strip() or None, "spec": speculative}
+
+
 def compare_frames(models: Models, prompt: str, table, shared: dict, repeats: int, session: dict,
-                   transformers: bool = False) -> Iterator[tuple]:
-    """Warm up, then ``repeats`` rounds of AR, (with ``transformers``, transformers' generate) and every configuration of
-    ``table``, order rotated per round; then the metrics and exports."""
+                   transformers: bool = False, server: dict | None = None) -> Iterator[tuple]:
+    """Warm up, then ``repeats`` rounds of AR, (with ``transformers``, transformers' generate; with ``server``, a vLLM
+    server: :func:`server_column`) and every configuration of ``table``, order rotated per round; then the metrics and
+    exports."""
     if not prompt or not prompt.strip():
         raise ConfigError("the prompt is empty: type a prompt or pick an example")
     if not 1 <= repeats <= 5:
         raise ConfigError(f"rounds must be between 1 and 5, got {repeats}")
     configs = parse_table(table, shared)
     live = session["live"] = {"running": True, "kind": "compare", "done": 0}
-    peers = [AR_LABEL, GENERATE_LABEL] if transformers else [AR_LABEL]
+    peers = [AR_LABEL, *([GENERATE_LABEL] if transformers else []), *([SERVER_LABEL] if server else [])]
     labels = peers + [label for label, _ in configs]
-    comp = Comparison(prompt, labels, {**dict.fromkeys(peers, baseline_config(configs[0][1])), **dict(configs)}, repeats)
+    shared_config = baseline_config(configs[0][1])  # the server decodes with its own speculation, on the same settings
+    peer_configs = {**dict.fromkeys(peers, shared_config), SERVER_LABEL: replace(shared_config, method="sd").validate()}
+    comp = Comparison(prompt, labels, {**{p: peer_configs[p] for p in peers}, **dict(configs)}, repeats, server)
     choices = [(label, view_key(label)) for label in labels if label != GENERATE_LABEL]  # it has no steps to step through
     yield frame(status=status_html("Warming up every configuration (a few tokens each)…" if all(models.is_loaded(c) for _, c in configs)
                                    else LOADING_MESSAGE, "busy"), columns=comp.columns(), race=charts.empty_figure("waiting…"),
@@ -145,7 +209,8 @@ def compare_frames(models: Models, prompt: str, table, shared: dict, repeats: in
     traces = save_column_traces(comp, session)
     order = " → ".join(comp.order)
     end = comp.max_time()
-    failed = f" {GENERATE} failed, so it has no row: {comp.generate_error}." if comp.generate_error else ""
+    failed = (f" {GENERATE} failed, so it has no row: {comp.generate_error}." if comp.generate_error else "") + (
+        f" The vLLM server failed, so it has no row: {comp.server_error}" if comp.server_error else "")
     yield frame(status=status_html(f"Done: {len(comp.order)} runs after a {WARMUP_TOKENS}-token warm-up each. Run order: {order}. "
                                    f"Drag the time slider to replay every column in sync.{failed} Ran on {models.machine(configs[0][1])}.",
                                    "warn" if failed else "ok"),
@@ -155,14 +220,17 @@ def compare_frames(models: Models, prompt: str, table, shared: dict, repeats: in
 
 
 def compare_run(prompt: str, configs: pd.DataFrame, rounds: float, transformers: bool, session: dict | None,
+                server_url: str | None = None, server_model: str | None = None, server_spec: str | None = None,
                 **shared) -> Iterator[tuple]:
-    """Run every configuration and AR (and with ``transformers``, transformers' generate) on the same prompt and
-    ``shared`` settings (those the AR baseline reads); stream columns, chart, metrics, exports."""
+    """Run every configuration and AR (and with ``transformers``, transformers' generate; with ``server_url``, that
+    vLLM server) on the same prompt and ``shared`` settings (those the AR baseline reads); stream columns, chart,
+    metrics, exports."""
     session = ensure_session(session)
 
     def frames() -> Iterator[tuple]:
         n = int(rounds) if rounds is not None and float(rounds) == int(rounds) else -1
-        yield from compare_frames(shared_models(), prompt, configs, shared, n, session, bool(transformers))
+        server = server_column(server_url, server_model, server_spec)
+        yield from compare_frames(shared_models(), prompt, configs, shared, n, session, bool(transformers), server)
 
     def on_error(message: str) -> tuple:
         session["live"]["running"] = False
@@ -216,8 +284,16 @@ def build_compare_tab(session: gr.State) -> None:
             hint = gr.HTML("", elem_id="compare-hint")
     gr.Markdown(table_help())
     with gr.Row():
-        loader = gr.Dropdown(list(comparison_presets(default_preset())), value=None, label="Load a ready-made comparison", scale=1)
+        loader = gr.Dropdown([*comparison_presets(default_preset()), SERVER_COMPARISON], value=None,
+                             label="Load a ready-made comparison", scale=1)
         every = gr.Checkbox(False, label="Every setting as a column", scale=0, elem_id="compare-every")
+    with gr.Accordion("A vLLM server as a column: its speculation on the same prompt, beside specviz's", open=False):
+        with gr.Row():
+            server_url = gr.Textbox("", label="Server URL (empty: no server column)", placeholder=DEFAULT_URL,
+                                    elem_id="compare-server-url")
+            server_model = gr.Textbox("", label="Model", placeholder="the server's only model")
+        server_spec = gr.Textbox("", label="The server's speculative config (JSON; needed to place an n-gram server's steps)",
+                                 elem_id="compare-server-spec")
     table = gr.Dataframe(default_table(form.preset), interactive=True, label="Configurations", elem_id="compare-configs")
     with gr.Row():
         run_btn = gr.Button("Run comparison", variant="primary", elem_id="compare-run")
@@ -241,10 +317,12 @@ def build_compare_tab(session: gr.State) -> None:
     wire_step_panel(panel, session, column)
     column.change(lambda key, session: view_update(ensure_session(session)["views"].get(key), None, "compare-columns"),
                   [column, session], panel.outputs(), api_visibility="private", queue=False)
-    loader.change(load_comparison, [loader, form.controls["preset"], every], table, api_visibility="private", queue=False)
+    loader.change(load_comparison, [loader, form.controls["preset"], every], [table, server_url, server_spec],
+                  api_visibility="private", queue=False)
     every.change(show_columns, [table, every, form.controls["preset"]], table, api_visibility="private", queue=False)
-    event = run_btn.click(form_handler(compare_run, ["prompt", "configs", "rounds", "transformers", "session"], form, []),
-                          [prompt, table, rounds, transformers, session, *form.inputs()],
+    event = run_btn.click(form_handler(compare_run, ["prompt", "configs", "rounds", "transformers", "session"], form,
+                                       ["server_url", "server_model", "server_spec"]),
+                          [prompt, table, rounds, transformers, session, *form.inputs(), server_url, server_model, server_spec],
                           [status, columns, race, metrics, replay, csv_file, json_file, session, column, traces],
                           api_name="compare_run", concurrency_id="decode", concurrency_limit=decode_concurrency(),
                           show_progress="hidden")
@@ -253,12 +331,16 @@ def build_compare_tab(session: gr.State) -> None:
     replay.release(compare_replay, [replay, session], columns, api_name="compare_replay")
 
 
-def load_comparison(name: str | None, preset: str, every: bool = False) -> pd.DataFrame:
-    """A ready-made comparison's table for ``preset`` (its first one when this preset has no such comparison)."""
+def load_comparison(name: str | None, preset: str, every: bool = False) -> tuple:
+    """A ready-made comparison's table for ``preset`` (its first one when this preset has no such comparison), and the
+    server column's URL and config (filled by the comparison with a server, left as they are by the others)."""
     if not name:
-        return gr.skip()
+        return gr.skip(), gr.skip(), gr.skip()
+    if name == SERVER_COMPARISON:
+        row = DecodeConfig(preset=preset, draft="draft-m", gamma=3, gamma_policy="fixed")
+        return table_of([("specviz draft-m γ=3", row)], every), DEFAULT_URL, json.dumps(SERVER_SPEC)
     tables = comparison_presets(preset)
-    return table_of(tables.get(name) or next(iter(tables.values())), every)
+    return table_of(tables.get(name) or next(iter(tables.values())), every), gr.skip(), gr.skip()
 
 
 def show_columns(table: pd.DataFrame, every: bool, preset: str) -> pd.DataFrame:

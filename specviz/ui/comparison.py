@@ -42,6 +42,11 @@ METRIC_COLUMNS = ["config", "run order", "new tokens", "wall s", "tok/s", "speed
                   "mean accepted len", "accept rate", "draft ms", "verify ms", "overhead ms", "same tokens as AR"]
 GENERATE_LABEL = f"{GENERATE} (stock kernels)"
 """The column of transformers' generate on the AR baseline's settings, timed in the same rounds."""
+SERVER_LABEL = "vLLM server"
+"""The column of a vLLM server's run of the prompt with the AR baseline's sampling settings, in the same rounds."""
+SERVER_COMPARISON = "draft-m γ=3: specviz against vLLM with the same draft (a server from `make vllm SPEC=draft-m`)"
+"""The ready-made comparison with a server column: specviz's draft-m chain at γ 3 beside vLLM's run of the same draft."""
+SERVER_SPEC = {"method": "draft_model", "model": "assets/models/smollm2-draft-m", "num_speculative_tokens": 3}
 
 
 POLICY_DUEL = ("online", "fsm", "hf-heuristic")
@@ -157,7 +162,7 @@ def parse_table(table: Any, shared: dict) -> list[tuple[str, DecodeConfig]]:
     if len(configs) > MAX_CONFIGS:
         raise ConfigError(f"compare at most {MAX_CONFIGS} configurations at once, got {len(configs)}")
     labels = [label for label, _ in configs]
-    if len(set(labels)) != len(labels) or AR_LABEL in labels or GENERATE_LABEL in labels:
+    if len(set(labels)) != len(labels) or {AR_LABEL, GENERATE_LABEL, SERVER_LABEL} & set(labels):
         raise ConfigError("give every configuration its own label")
     return configs
 
@@ -165,8 +170,9 @@ def parse_table(table: Any, shared: dict) -> list[tuple[str, DecodeConfig]]:
 class Comparison:
     """The runs of one comparison: per label, every round's record; the first round's runs are displayed."""
 
-    def __init__(self, prompt: str, labels: list[str], configs: dict[str, DecodeConfig], n_rounds: int = 1):
-        self.prompt, self.labels, self.configs, self.n_rounds = prompt, labels, configs, n_rounds
+    def __init__(self, prompt: str, labels: list[str], configs: dict[str, DecodeConfig], n_rounds: int = 1,
+                 server: dict | None = None):
+        self.prompt, self.labels, self.configs, self.n_rounds, self.server = prompt, labels, configs, n_rounds, server
         self.rounds: dict[str, list[dict]] = {label: [] for label in labels}
         self.lives: dict[str, Live] = {}
         """Per label, its first round's run."""
@@ -175,6 +181,10 @@ class Comparison:
         """Per label (first round): the step panel's view, growing with the run, then its trace with the AR baseline."""
         self.generate_error: str | None = None
         """Why transformers' generate failed, if it did (its later rounds are skipped)."""
+        self.server_chunks: list[list] = []
+        """The server's first round as it streamed: [seconds, tokens, html] per chunk, the last one its steps' spans."""
+        self.server_error: str | None = None
+        """Why the server's run failed, if it did (its later rounds are skipped)."""
 
     def chunks(self) -> dict[str, list[list]]:
         shown = {label: live.chunks for label, live in self.lives.items()}
@@ -184,12 +194,17 @@ class Comparison:
                                       spans_html([TokenSpan(first["text"], "target", 1)])]]
         elif self.generate_error:
             shown[GENERATE_LABEL] = []
+        if self.server_chunks or self.server_error:
+            shown[SERVER_LABEL] = self.server_chunks
         return shown
 
     def descriptions(self) -> dict[str, str]:
         shown = {label: run_label(self.configs[label].to_dict()) for label in self.labels}
         if GENERATE_LABEL in shown:
             shown[GENERATE_LABEL] = f"failed: {self.generate_error}" if self.generate_error else f"AR on {GENERATE_KERNELS}"
+        if SERVER_LABEL in shown:
+            shown[SERVER_LABEL] = (f"failed: {self.server_error}" if self.server_error else
+                                   f"the server's speculation at {self.server['url']}: its own engine, timed as this app sees it")
         return shown
 
     def generate_figure(self) -> dict | None:
@@ -204,13 +219,15 @@ class Comparison:
         return columns_at(self.labels, self.chunks(), self.descriptions(), at_s)
 
     def race(self):
-        series = [charts.Series(label, [0.0] + [c[0] for c in live.chunks], [0] + [c[1] for c in live.chunks], baseline=label == AR_LABEL)
-                  for label, live in self.lives.items() if live.chunks]
+        shown = {**{label: live.chunks for label, live in self.lives.items()}, SERVER_LABEL: self.server_chunks}
+        series = [charts.Series(label, [0.0] + [c[0] for c in chunks], [0] + [c[1] for c in chunks], baseline=label == AR_LABEL)
+                  for label, chunks in shown.items() if chunks]
         return charts.race_figure(series + generate_series(self.generate_figure()),
                                   "All configurations: tokens vs wall-clock time (first round)")
 
     def max_time(self) -> float:
-        return max((live.chunks[-1][0] for live in self.lives.values() if live.chunks), default=0.0)
+        return max((chunks[-1][0] for chunks in [*(live.chunks for live in self.lives.values()), self.server_chunks] if chunks),
+                   default=0.0)
 
 
 def columns_at(labels: list[str], chunks: dict[str, list[list]], descriptions: dict[str, str], at_s: float | None = None) -> str:

@@ -175,3 +175,29 @@ def test_generate_endpoint_returns_the_cli_json_and_one_line_errors(client):
         with pytest.raises(Exception, match=message):
             client.predict(PROMPT_A, settings, api_name="/generate")
     assert client.predict(PROMPT_A, {"max_new_tokens": 2}, api_name="/generate")["metrics"]["new_tokens"] == 2  # still serving
+
+
+def test_compare_holds_a_vllm_server_column_beside_local_ones(client):
+    """A server (a replay of what the real vLLM answered, streamed) as a column in the same rounds: its tokens equal the
+    local AR's (greedy, the same target), its steps step through, its row has the step metrics; a bad server config is a
+    visible error."""
+    from tests.vllm_replay import captured, replaying
+
+    run = captured("draft-m")["runs"]["story-streamed"]
+    table = {"headers": CONFIG_HEADERS, "data": [["ngram γ=2", "sd", "ngram", 2, "fixed", "exact"]]}
+    with replaying(run["exchanges"]) as url:
+        status, columns, race, metrics, replay, csv_path, json_path, column, traces = client.predict(
+            prompt=run["prompt"], configs=table, max_new_tokens=run["max_new_tokens"], transformers=False, server_url=url,
+            api_name="/compare_run")
+    assert "sv-status-ok" in status and "vLLM server#1" in html.unescape(status), status
+    assert columns.count('class="sv-col"') == 3 and "the server&#x27;s speculation at" in columns
+    headers, rows = metrics["headers"], {r[0]: r for r in metrics["data"]}
+    server = rows["vLLM server"]
+    assert server[headers.index("same tokens as AR")] == "yes" and server[headers.index("accept rate")] > 0
+    assert "vLLM server" in {t["name"] for t in json.loads(race["plot"])["data"]}
+    with open(json_path) as f:
+        runs = {r["label"]: r for r in json.load(f)["runs"]}
+    assert runs["vLLM server"]["events"][0]["untold"] and len(traces) == 3  # a trace per column with steps
+    bad = client.predict(prompt=run["prompt"], configs=table, max_new_tokens=8, transformers=False, server_url="http://127.0.0.1:1",
+                         server_spec="{nope", api_name="/compare_run")[0]
+    assert "sv-status-error" in bad and "speculative config is not JSON" in bad
