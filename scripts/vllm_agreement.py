@@ -6,7 +6,8 @@ Per prompt: whether the token ids are equal, the accepted draft tokens in each e
 line up with one of specviz's (same first token, same accepted count) once vLLM's prefill token is accounted for.
 Besides the plain local run, an *aligned* one runs specviz as vLLM runs: from vLLM's first speculative step on (the
 prompt and the prefill's token as its context, one token fewer to make), with vLLM's proposal (``ngram-earliest``
-for the n-gram drafter; draft-m over its whole vocabulary, as vLLM's draft model scores it).
+for the n-gram drafter; draft-m over its whole vocabulary and in float32, as vLLM's draft model runs), and the drafts
+each engine kept are also counted before the last γ tokens of the budget, where the engines' drafting differs by design.
 
     python scripts/vllm_agreement.py --out results/vllm_agreement   # writes OUT.csv and OUT.md
 """
@@ -26,12 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import torch  # noqa: E402
 from vllm_server import speculative_config  # noqa: E402
 
 import specviz  # noqa: E402
 from specviz.analysis.suites import load_suite  # noqa: E402
 from specviz.api import bank  # noqa: E402
 from specviz.core.errors import ServerError  # noqa: E402
+from specviz.models.presets import resolve_draft, resolve_preset  # noqa: E402
 from specviz.models.vllm_client import VllmClient  # noqa: E402
 from specviz.models.vllm_steps import read_answer  # noqa: E402
 from specviz.runtime.config import DecodeConfig  # noqa: E402
@@ -39,9 +42,17 @@ from specviz.runtime.prepare import prepare  # noqa: E402
 
 SPECS = ("ngram", "draft-m")
 COLUMNS = ["spec", "prompt_id", "tokens_equal", "first_difference", "tokens_vllm", "tokens_specviz", "accepted_vllm",
-           "accepted_vllm_emitted", "accepted_vllm_comparable", "accepted_specviz", "accepted_aligned", "tokens_equal_aligned",
-           "steps_vllm", "steps_specviz", "steps_aligned", "steps_aligned_run", "unlisted_steps"]
+           "accepted_vllm_emitted", "accepted_vllm_before_end", "accepted_specviz", "accepted_aligned",
+           "accepted_aligned_before_end", "tokens_equal_aligned", "steps_vllm", "steps_specviz", "steps_aligned",
+           "steps_aligned_run", "unlisted_steps"]
 ALIGNED_DRAFT = {"ngram": "ngram-earliest", "draft-m": "draft-m"}
+GAMMA = 3
+
+
+def before_end(starts_at: dict[int, int], max_new: int) -> int:
+    """The drafts kept by the steps that start before the last γ tokens of the budget: there specviz's engine drafts
+    no further than the token before the limit (the target's verify adds that one) while vLLM drafts its full γ."""
+    return sum(n for at, n in starts_at.items() if at < max_new - GAMMA)
 
 
 def starts(steps: list[dict], at: int = 0) -> dict[int, int]:
@@ -73,11 +84,8 @@ def server_runs(spec: str, prompts: list[dict], port: int, max_new: int) -> dict
                 steps = None
             ids = answer["choices"][0]["token_ids"]
             kept = sum(s["accepted"] for s in steps) if steps is not None else spec_metrics["num_accepted_draft_tokens"]
-            last = steps[-1] if steps else {}
-            at_limit = (answer["choices"][0].get("finish_reason") == "length" and bool(last.get("draft_ids"))
-                        and last["accepted"] == len(last["emitted_ids"]))  # its last token an accepted draft
             out[p["id"]] = {"ids": ids, "accepted": spec_metrics["num_accepted_draft_tokens"], "kept": kept,
-                            "comparable": kept - at_limit, "steps": steps,
+                            "before_end": before_end(starts(steps), max_new) if steps is not None else kept, "steps": steps,
                             "n_steps": spec_metrics["num_spec_steps"],
                             "unlisted": max(0, len(ids) - 1 - sum(a + 1 for a in spec_metrics["per_step_accepted"] or []))}
     finally:
@@ -92,14 +100,19 @@ def local_run(spec: str, prompt: str, max_new: int) -> dict:
 
 def aligned_run(spec: str, prompt: str, first: int, max_new: int) -> dict:
     """specviz run as vLLM runs: its context the prompt and the prefill's token ``first``, ``max_new`` − 1 tokens to
-    make, vLLM's proposal (:data:`ALIGNED_DRAFT`, a draft model over its whole vocabulary)."""
-    config = DecodeConfig.from_values(dict(draft=ALIGNED_DRAFT[spec], gamma=3, gamma_policy="fixed", temperature=0,
+    make, vLLM's proposal (:data:`ALIGNED_DRAFT`; a draft model over its whole vocabulary and in float32, as vLLM runs
+    it beside a float32 target, where specviz drafts in bfloat16 on a CPU by default)."""
+    config = DecodeConfig.from_values(dict(draft=ALIGNED_DRAFT[spec], gamma=GAMMA, gamma_policy="fixed", temperature=0,
                                            max_new_tokens=max_new - 1, full_draft_vocab=spec != "ngram"))
-    run = prepare(config, prompt, bank())
+    drafts = None
+    if spec != "ngram":
+        source = resolve_draft(resolve_preset(config.preset), spec)
+        drafts = [(spec, bank().model(source, spec, torch.float32))]
+    run = prepare(config, prompt, bank(), drafts=drafts)
     run = replace(run, prompt_ids=run.prompt_ids + [first])
     steps = [e.to_dict() for e in run.events()]
     return {"token_ids": [first] + [t for s in steps for t in s["emitted_ids"]], "steps": steps,
-            "accepted": sum(s["accepted"] for s in steps)}
+            "accepted": sum(s["accepted"] for s in steps), "before_end": before_end(starts(steps, 1), max_new)}
 
 
 def aligned_steps(server: dict, steps: list[dict], at: int = 0) -> int | str:
@@ -112,13 +125,15 @@ def aligned_steps(server: dict, steps: list[dict], at: int = 0) -> int | str:
 
 
 def row(spec: str, pid: str, server: dict, local: dict, aligned: dict) -> dict:
+    """One prompt's comparison: the plain local run (as ``generate``) and the aligned one against vLLM's."""
     a, b = server["ids"], local["token_ids"]
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
     drafting = sum(1 for s in local["steps"] if s["draft_ids"])
     return {"spec": spec, "prompt_id": pid, "tokens_equal": a == b, "first_difference": "" if first is None else first,
             "tokens_vllm": len(a), "tokens_specviz": len(b), "accepted_vllm": server["accepted"],
-            "accepted_vllm_emitted": server["kept"], "accepted_vllm_comparable": server["comparable"],
+            "accepted_vllm_emitted": server["kept"], "accepted_vllm_before_end": server["before_end"],
             "accepted_specviz": local["metrics"]["accepted"], "accepted_aligned": aligned["accepted"],
+            "accepted_aligned_before_end": aligned["before_end"],
             "tokens_equal_aligned": aligned["token_ids"] == a, "steps_vllm": server["n_steps"], "steps_specviz": drafting,
             "steps_aligned": aligned_steps(server, local["steps"]), "steps_aligned_run": aligned_steps(server, aligned["steps"], 1),
             "unlisted_steps": server["unlisted"]}
@@ -136,24 +151,28 @@ def summary(rows: list[dict], max_new: int, version: str) -> str:
              "(`--gamma-policy fixed --gamma 3 --temperature 0`). Made by `python scripts/vllm_agreement.py`; "
              "docs/vllm.md explains the differences.", "",
              "*Aligned*: specviz from vLLM's first speculative step on (the prompt and the prefill's token as its context), "
-             "drafting with vLLM's proposal (the aligned draft: vLLM's n-gram rule; draft-m over its whole vocabulary).", "",
+             "drafting with vLLM's proposal (the aligned draft: vLLM's n-gram rule; draft-m over its whole vocabulary and in "
+             "float32, as vLLM runs it; specviz drafts in bfloat16 on a CPU by default).", "",
              "*Emitted*: vLLM's accepted drafts that it emitted (at max_tokens or a stop token its last step drafts its "
-             "full γ and counts every draft it accepted, emitted or not). *As specviz counts*: besides, an output cut at "
-             "max_tokens whose last token is a draft vLLM accepted counts that token as the target's own, as specviz's "
-             "engine makes it (it drafts no further than the token before the limit, which the target's verify adds).",
-             "", "| draft | aligned draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | within 10 % | "
-             "accepted and emitted, vLLM | vLLM, as specviz counts | accepted, specviz aligned | token ids equal, aligned | "
-             "within 10 %, aligned | vLLM steps matched: specviz / aligned / all | prompts with steps vLLM does not list |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"full γ and counts every draft it accepted, emitted or not). *Before the end*: the drafts kept by the steps "
+             f"that start before the last γ = {GAMMA} tokens of the budget, in each engine: there specviz's engine drafts "
+             "no further than the token before the limit (the target's verify adds that one), vLLM its full γ.", "",
+             "| draft | aligned draft | prompts | token ids equal | accepted, vLLM | accepted, specviz | within 10 % | "
+             "accepted and emitted, vLLM | accepted, specviz aligned | token ids equal, aligned | within 10 %, aligned | "
+             "before the end, vLLM | before the end, aligned | within 10 %, before the end | vLLM steps matched: "
+             "specviz / aligned / all | prompts with steps vLLM does not list |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for spec in SPECS:
         rs = [r for r in rows if r["spec"] == spec]
         listed = [r for r in rs if r["steps_aligned"] != ""]
         lines.append(f"| {spec} | {ALIGNED_DRAFT[spec]} | {len(rs)} | {sum(r['tokens_equal'] for r in rs)} | "
                      f"{sum(r['accepted_vllm'] for r in rs)} | {sum(r['accepted_specviz'] for r in rs)} | "
                      f"{sum(within(r['accepted_vllm'], r['accepted_specviz']) for r in rs)} | "
-                     f"{sum(r['accepted_vllm_emitted'] for r in rs)} | {sum(r['accepted_vllm_comparable'] for r in rs)} | "
-                     f"{sum(r['accepted_aligned'] for r in rs)} | {sum(r['tokens_equal_aligned'] for r in rs)} | "
-                     f"{sum(within(r['accepted_vllm_comparable'], r['accepted_aligned']) for r in rs)} | "
+                     f"{sum(r['accepted_vllm_emitted'] for r in rs)} | {sum(r['accepted_aligned'] for r in rs)} | "
+                     f"{sum(r['tokens_equal_aligned'] for r in rs)} | "
+                     f"{sum(within(r['accepted_vllm_emitted'], r['accepted_aligned']) for r in rs)} | "
+                     f"{sum(r['accepted_vllm_before_end'] for r in rs)} | {sum(r['accepted_aligned_before_end'] for r in rs)} | "
+                     f"{sum(within(r['accepted_vllm_before_end'], r['accepted_aligned_before_end']) for r in rs)} | "
                      f"{sum(r['steps_aligned'] for r in listed)} / {sum(r['steps_aligned_run'] for r in listed)} / "
                      f"{sum(r['steps_vllm'] for r in listed)} | {sum(r['unlisted_steps'] > 0 for r in rs)} |")
     lines += ["", "## Per prompt", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
