@@ -204,7 +204,8 @@ class Comparison:
             shown[GENERATE_LABEL] = f"failed: {self.generate_error}" if self.generate_error else f"AR on {GENERATE_KERNELS}"
         if SERVER_LABEL in shown:
             shown[SERVER_LABEL] = (f"failed: {self.server_error}" if self.server_error else
-                                   f"the server's speculation at {self.server['url']}: its own engine, timed as this app sees it")
+                                   f"the server's speculation at {self.server['url']}: its own engine; its metrics are the "
+                                   "times the server reports, the race its tokens as this app received them")
         return shown
 
     def generate_figure(self) -> dict | None:
