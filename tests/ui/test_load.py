@@ -84,7 +84,7 @@ def test_eight_sessions_at_once_stay_correct_and_apart(app_url):
             final = job.result()
             waits.append(first or 0.0)
             latencies.append(time.perf_counter() - start)
-            trace = specviz.load_trace(final[-2])  # the run's own trace file
+            trace = specviz.load_trace(final[-3])  # the run's own trace file (then its HTML page and its export)
             assert trace.prompt == prompt, "a session saw another session's run"
             results[(i, "explore")] = trace.token_ids
         except Exception as exc:  # reported below with the session's index
