@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from specviz.core.acceptance import UNCHECKED
 from specviz.core.drafters import SINGLE_PATH, LevelWork
-from specviz.core.tree import TokenTree
+from specviz.core.tree import single_path
 
 SPANS = {
     "deciding": "the draft selector and the γ policy: choosing before the draft, and learning from the step after its commit",
@@ -144,7 +144,7 @@ class TreeRecord:
 
     @property
     def branching(self) -> bool:
-        return not TokenTree([0] * len(self.parents), self.parents).is_single_path
+        return not single_path(self.parents)
 
     @classmethod
     def single_path(cls, drafted: int, accepted: int) -> TreeRecord:

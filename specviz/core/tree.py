@@ -77,7 +77,12 @@ class TokenTree:
 
     @property
     def is_single_path(self) -> bool:
-        return all(parent == i - 1 for i, parent in enumerate(self.parents))
+        return single_path(self.parents)
+
+
+def single_path(parents: list[int]) -> bool:
+    """Whether the tree of these parents has one child per node."""
+    return all(parent == i - 1 for i, parent in enumerate(parents))
 
 
 def depths(parents: list[int]) -> list[int]:
