@@ -121,3 +121,19 @@ def teacher():
 @pytest.fixture(scope="session")
 def teacher_data(teacher):
     return target_answers(teacher.model, random_prompts(24, 48, seed=0), max_new=10)
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """The number of tensor-to-Python reads (``tolist``, ``item``, ``int()``, ``float()``, ``bool()``) made so far."""
+    count = [0]
+
+    def counting(original):
+        def counted(self, *args, **kwargs):
+            count[0] += 1
+            return original(self, *args, **kwargs)
+        return counted
+
+    for name in ("tolist", "item", "__int__", "__float__", "__bool__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(getattr(torch.Tensor, name)))
+    return count

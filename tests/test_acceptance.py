@@ -168,22 +168,6 @@ def test_greedy_lenience_accepts_near_ties():
     assert LenientRule(0.8).verify(draft, logits, Sampler()).reasons == ["lenient"]
 
 
-@pytest.fixture
-def host_reads(monkeypatch):
-    """The number of tensor-to-Python reads (``tolist``, ``item``, ``int()``, ``float()``, ``bool()``) made so far."""
-    count = [0]
-
-    def counting(original):
-        def counted(self, *args, **kwargs):
-            count[0] += 1
-            return original(self, *args, **kwargs)
-        return counted
-
-    for name in ("tolist", "item", "__int__", "__float__", "__bool__", "__index__"):
-        monkeypatch.setattr(torch.Tensor, name, counting(getattr(torch.Tensor, name)))
-    return count
-
-
 @pytest.mark.parametrize("rule", [ExactRule(), TopKRule(2), LenientRule(0.5)], ids=lambda r: r.name)
 @pytest.mark.parametrize("hits", [0, 2, 3])
 def test_greedy_verification_reads_the_device_once(host_reads, rule, hits):

@@ -3,6 +3,7 @@ path (growing and fixed-capacity caches) and on transformers' own forward; sampl
 distribution (and a deterministic top-k tree, verified the same way, does not); every step records a well-formed tree
 whose decisions recompute from its records."""
 
+import copy
 import re
 
 import pytest
@@ -15,6 +16,7 @@ from specviz.core.engine import decode
 from specviz.core.policy import FixedPolicy
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TokenTree, TreeShape, ancestry, depths, grow_tree
+from specviz.methods.chain import build_chain
 from specviz.methods.feature_head import FeatureDrafter
 from specviz.models.backends import cached_model
 from specviz.models.backends.graphs import eager_capture
@@ -500,3 +502,32 @@ def test_without_records_a_run_emits_the_same_and_leaves_out_what_only_views_rea
     assert [e.emitted_ids for e in lean] == [e.emitted_ids for e in full]
     assert all(not (e.draft_p or e.draft_q or e.emitted_p or e.nodes) for e in lean)
     assert all(e.nodes for e in full if e.draft_ids)
+
+
+def near_copy(lm, scale=0.05):
+    """A draft close to ``lm``: its output weights off by a little noise, so that it keeps some drafts and not others."""
+    near = copy.deepcopy(lm)
+    with torch.no_grad():
+        near.model.lm_head.weight.add_(scale * torch.randn(near.model.lm_head.weight.shape, generator=seeded(0)))
+    return near
+
+
+@pytest.mark.parametrize("make", ["model", "model on transformers' cache", "head", "polybasic chain"])
+def test_unrecorded_greedy_drafts_stay_on_the_device_until_the_steps_one_read(tiny_target, tiny_draft, host_reads, make):
+    target = cached_model(tiny_target, taps=(0, 1) if make == "head" else ())
+    drafter = {"model": lambda: ModelDrafter(cached_model(near_copy(tiny_target))),
+               "model on transformers' cache": lambda: ModelDrafter(CachedModel(near_copy(tiny_target))),
+               "head": lambda: FeatureDrafter(random_head(tiny_target, 1, (0, 1)), target, None),
+               "polybasic chain": lambda: build_chain(ModelDrafter(cached_model(tiny_draft)), [cached_model(tiny_draft)], 2),
+               }[make]()
+    reads, events = [], []
+    for event in decode(target, PROMPTS[1], drafters=[drafter], policy=FixedPolicy(4), max_new_tokens=30, record=False):
+        reads.append(host_reads[0])  # made while computing this step (the first: the prefill's too)
+        host_reads[0] = 0
+        events.append(event)
+    assert emitted(events) == reference(tiny_target, PROMPTS[1], 30)
+    assert all(type(t) is int for e in events for t in e.draft_ids + e.emitted_ids)
+    if make.startswith("model"):  # drafts kept and drafts rejected: the caches reuse what the read settled
+        assert any(0 < e.accepted < e.drafted for e in events) and any(e.accepted == e.drafted for e in events)
+    if make != "polybasic chain":  # whose levels verify, and read, inside the draft
+        assert reads == [1] * len(events)

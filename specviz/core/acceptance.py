@@ -23,7 +23,7 @@ import torch
 from specviz.core.drafters import Draft
 from specviz.core.registry import ACCEPT_RULES
 from specviz.core.sampling import Sampler, residual
-from specviz.core.tree import TokenTree, descend
+from specviz.core.tree import TokenTree, descend, ids_tensor, settle
 
 ACCEPTED, REJECTED, UNCHECKED = "exact", "rejected", "unchecked"
 
@@ -114,7 +114,7 @@ class ExactRule:
         if not tree.is_single_path and type(self) is not ExactRule:
             raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
         n, device = len(tree.ids), logits.device
-        ids = torch.tensor(tree.ids, dtype=torch.long, device=device)
+        ids = ids_tensor(tree.ids, device)
         rows = torch.tensor(tree.parents, dtype=torch.long, device=device) + 1
         q = None if sampler.greedy else draft.q_over(p.shape[-1], device)
         c = Checked(ids, logits[rows], None if p is None else p[rows], q, None if q is None else sampler.uniform(n, device), states)
@@ -122,7 +122,8 @@ class ExactRule:
             best = logits.argmax(-1)
             exact = ids == best[rows]
             relaxed = self.relaxed(c)
-            read = torch.cat([(exact | relaxed.accepts).long(), exact.long(), best]).tolist()  # the step's one device read
+            read = torch.cat([(exact | relaxed.accepts).long(), exact.long(), best, ids]).tolist()  # the step's one device read
+            settle(tree.ids, read[2 * n + len(best):])
             path, row, accepted = descend(tree.parents, lambda node: bool(read[node]))
             evidence = Evidence(accepted, [None if a is None else bool(read[n + i]) for i, a in enumerate(accepted)], relaxed)
             return Verdict(path, read[2 * n + row], self.reasons(evidence), evidence)

@@ -21,7 +21,7 @@ import torch
 
 from specviz.core.hidden import last_layer, layer_outputs
 from specviz.core.timing import ForwardTimes, Timed
-from specviz.core.tree import TokenTree, ancestry, depths
+from specviz.core.tree import TokenTree, ancestry, depths, ids_tensor
 
 
 class Loaded(Protocol):
@@ -107,7 +107,7 @@ class DynamicStorage:
 
     def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...],
             rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        x = torch.tensor([ids], device=self.model.device)
+        x = ids_tensor(ids, self.model.device)[None]
         tree = {} if rows is None else {"position_ids": rows.positions[None].to(x.device), "attention_mask": self._mask(rows.visible)}
         out, outputs = layer_outputs(self.model, taps, input_ids=x, past_key_values=self.cache, use_cache=True,
                                      logits_to_keep=keep, **tree)

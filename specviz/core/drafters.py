@@ -102,6 +102,7 @@ class Drafter:
     models: list[Timed] = []
     loads_model = False
     reads_features = False
+    finite = False  # where it can draft, its logits after any node hold a token (a model's do): greedy drafts stay on the device
 
     @classmethod
     def claims(cls, source: object) -> bool:
@@ -122,7 +123,8 @@ class Drafter:
         if nodes == 0:
             return Draft([], None, self.name)
         started = self._started()
-        tree, q = grow_tree(self.expander(tokens), shape, nodes, depth, sampler, stop, keep_q)
+        tree, q = grow_tree(self.expander(tokens), shape, nodes, depth, sampler, stop, keep_q,
+                            self.finite and self.can_draft(tokens))
         return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
 
     def expander(self, tokens: list[int]) -> Expander:
@@ -164,6 +166,7 @@ class ModelDrafter(Drafter):
     """Drafts autoregressively with a small causal LM that shares the target's token ids."""
 
     loads_model = True
+    finite = True
 
     def __init__(self, model: CachedModel):
         self.model = model

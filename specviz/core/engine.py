@@ -58,7 +58,7 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         verified = target.verify(tokens, draft.tree)
         verdict = rule.verify(draft, verified.logits, sampler, verified.prenorm)
         checked = watch.mark()  # the accept decision read the device: the marks so far are done, reading them waits on nothing
-        emitted = [draft.ids[i] for i in verdict.path] + [verdict.next_token]
+        emitted = [int(draft.ids[i]) for i in verdict.path] + [verdict.next_token]  # the ids verification read
         stop_at = next((i for i, t in enumerate(emitted) if t in stop_ids), None)
         emitted = emitted if stop_at is None else emitted[: stop_at + 1]
         path = verdict.path[: len(emitted) - 1]

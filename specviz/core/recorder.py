@@ -73,7 +73,7 @@ class Recorder:
         spans = {"deciding": span_ms(w, m.start, m.decided) + span_ms(w, m.committed, m.learned),
                  "drafting": span_ms(w, m.decided, m.drafted), "verifying": span_ms(w, m.drafted, m.verified),
                  "committing": span_ms(w, m.verified, m.committed), "recording": span_ms(w, m.learned, end)}
-        return StepEvent(step=step, drafter=draft.drafter, gamma=gamma, drafted=len(draft.ids), draft_ids=draft.ids,
+        return StepEvent(step=step, drafter=draft.drafter, gamma=gamma, drafted=len(draft.ids), draft_ids=[int(t) for t in draft.ids],
                          accepted=outcome.accepted, emitted_ids=emitted, accept_reasons=reasons, spans=spans,
                          total_ms=span_ms(w, m.start, end), forward_ms=forward_ms, elapsed_ms=span_ms(w, self.start, end),
                          tree=TreeRecord(shape.kind, shape.branch, draft.parents, path), **views)

@@ -16,6 +16,10 @@ Gumbel maximum is independent of its argmax), so the output is distributed exact
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
 each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` single paths from the root.
 
+A greedy single path that nothing records is drawn without reading the device: each node's id is a
+:class:`DeviceToken`, the argmax left where it was computed, fed to the next draft forward and to the target's verify
+as it is; the verification's one read settles every id of the step (:func:`settle`).
+
 Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
 :func:`descend` (the walk every verification takes) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
 """
@@ -33,6 +37,46 @@ TREE_KINDS = ("dynamic", "static")
 MAX_TREE_NODES = 64
 """The largest node budget of a step (a cache with static shapes keeps this many slots free for the tree)."""
 
+
+
+class DeviceToken:
+    """A drafted token id still on the device (a 0-d long tensor) until the step's one read settles it (:func:`settle`).
+    It compares and converts as its id; before it is settled, doing so reads it on its own."""
+
+    __slots__ = ("tensor", "value")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.value = tensor, None
+
+    def __int__(self) -> int:
+        if self.value is None:
+            self.value = int(self.tensor)
+        return self.value
+
+    __index__ = __int__
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (isinstance(other, int | DeviceToken) and int(self) == int(other))
+
+    def __hash__(self) -> int:
+        return hash(int(self))
+
+    def __repr__(self) -> str:
+        return f"DeviceToken({'unread' if self.value is None else self.value})"
+
+
+def ids_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
+    """Token ids, some of them :class:`DeviceToken` (a greedy draft's), as a long tensor on ``device``, read from none."""
+    if not any(isinstance(t, DeviceToken) for t in ids):
+        return torch.tensor(ids, dtype=torch.long, device=device)
+    return torch.stack([t.tensor.to(device) if isinstance(t, DeviceToken) else torch.tensor(t, device=device) for t in ids])
+
+
+def settle(ids: list[int], values: list[int]) -> None:
+    """Give each :class:`DeviceToken` among ``ids`` its id, as the step's one read read it."""
+    for t, v in zip(ids, values):
+        if isinstance(t, DeviceToken):
+            t.value = v
 
 
 @dataclass(frozen=True)
@@ -132,12 +176,14 @@ def _gumbel_top(q: torch.Tensor, sampler: Sampler) -> torch.Tensor:
 
 
 def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler,
-              stop: StopRule | None = None, keep_q: bool = True) -> tuple[TokenTree, torch.Tensor | None]:
+              stop: StopRule | None = None, keep_q: bool = True, finite: bool = False) -> tuple[TokenTree, torch.Tensor | None]:
     """A tree of ``shape`` with at most ``nodes`` nodes, at most ``depth`` deep, drawn from the draft's distributions
     (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
     for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
-    children. Greedy drafts of one child per node computed without ``keep_q`` take no softmax over the vocabulary."""
+    children. Greedy drafts of one child per node computed without ``keep_q`` take no softmax over the vocabulary; if
+    ``finite`` (every row the expander returns holds a token), their ids stay on the device (:class:`DeviceToken`)."""
     need_q = keep_q or not sampler.greedy or stop is not None or (shape.kind == "dynamic" and shape.branch > 1)
+    unread = finite and not need_q and shape.branch == 1
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
@@ -148,7 +194,9 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
             q = sampler.probs(logits)
         if stop is not None and stop(q):
             return []
-        if token is None:
+        if token is None and unread:
+            drawn, key, stages = [DeviceToken(logits.argmax())], [0.0], None
+        elif token is None:
             drawn, key, stages = children(logits, q, k, sampler)
         else:
             drawn, key, stages = [token], [0.0 if q is None else float(q[token].log())], None if q is None else q[None]

@@ -67,10 +67,10 @@ class StagedDrafter(Drafter):
                 draft = self._inner_draft(seq, min(self.level_gamma, gamma - at - 1), sampler, stop, keep_q, below)
                 verdict, p = self._verify(seq, draft, sampler, keep_q, mine)
                 n = verdict.accepted
-                block.extend(draft.ids[:n] + [verdict.next_token])
+                block.extend([int(t) for t in draft.ids[:n]] + [verdict.next_token])  # ids the verification read
                 qs.append(None if p is None else p[: n + 1])
                 mine.verifications.append([len(draft.ids), n + 1])
-                mine.blocks.append({"drafted": draft.ids, "passed": block[len(block) - n - 1:]})
+                mine.blocks.append({"drafted": [int(t) for t in draft.ids], "passed": block[len(block) - n - 1:]})
                 ended = n < len(draft.ids)
             if at >= len(block):
                 return torch.full((1, self.verifier.vocab_size), -torch.inf)

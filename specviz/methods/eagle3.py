@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from specviz.core.cache import CachedModel, TreeRows, grown
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.registry import DRAFTERS
+from specviz.core.tree import ids_tensor
 from specviz.methods.eagle3_format import LAYER_KEYS, WEIGHT_FILES, HeadSpec, head_dir, read_spec, read_weights
 from specviz.methods.state_drafter import StateDrafter
 from specviz.models.backends.graphs import Capture, Graphs, cuda_capture
@@ -180,7 +181,7 @@ class Eagle3Drafter(StateDrafter):
         end = start + t
         if capacity is not None and end > capacity:
             raise ValueError(f"position {end - 1} is past the EAGLE-3 head cache's fixed capacity of {capacity} positions")
-        ids, slots = torch.tensor(next_ids, device=device), torch.arange(start, end, device=device)
+        ids, slots = ids_tensor(next_ids, device), torch.arange(start, end, device=device)
         positions = slots if rows is None else rows.positions.to(device)
         keys = end if capacity is None else capacity
         mask = torch.arange(keys, device=device) <= slots[:, None] if rows is None else F.pad(rows.visible.to(device), (0, keys - end))

@@ -24,6 +24,7 @@ from specviz.core.cache import CachedModel, TreeRows
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.core.hidden import final_norm
 from specviz.core.registry import DRAFTERS
+from specviz.core.tree import ids_tensor
 from specviz.methods.state_drafter import StateDrafter
 from specviz.models.backends.cpu import int8_kernels, int8_linear, quantize_rows
 from specviz.models.backends.graphs import Capture, cuda_capture
@@ -188,7 +189,7 @@ class FeatureDrafter(StateDrafter):
         return self.fuse(tap_states(layers, self.head.taps, self.target.lm.model).to(self.dtype))
 
     def _forward(self, states: torch.Tensor, next_ids: list[int], start: int, rows: TreeRows | None) -> torch.Tensor:
-        embeds = F.embedding(torch.tensor(next_ids, device=self.embed.device), self.embed)
+        embeds = F.embedding(ids_tensor(next_ids, self.embed.device), self.embed)
         x = self.fc(torch.cat([embeds.to(self.dtype), states], -1))
         return self.stack.run(x[None], start, rows=rows)[0][0]
 

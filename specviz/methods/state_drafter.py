@@ -34,6 +34,7 @@ class StateDrafter(Drafter):
     (how its head is loaded and built into a drafter), :meth:`_state`, :meth:`_forward` and :meth:`_logits`."""
 
     reads_features = True
+    finite = True
 
     def __init__(self, name: str, target: CachedModel):
         self.name, self.target, self.timer = name, target, ForwardTimer(name, target.lm.device)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.core.cache import TreeRows
+from specviz.core.tree import ids_tensor
 from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
 from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, Capture, Graphs
 from specviz.models.loaded import LoadedModel
@@ -226,7 +227,7 @@ class LeanStorage:
 
     def run(self, ids: list[int], start: int, keep: int, taps: tuple[int, ...],
             rows: TreeRows | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        x = F.embedding(torch.tensor(ids, device=self.embed.device), self.embed)[None]
+        x = F.embedding(ids_tensor(ids, self.embed.device), self.embed)[None]
         x, outputs = self.stack.run(x, start, taps, rows)
         x = x[0]
         logits = self.head(rms_norm(x[-keep:], self.norm, self.eps))
