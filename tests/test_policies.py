@@ -103,6 +103,23 @@ def test_a_measured_gamma_keeps_its_own_verify_cost_where_the_line_would_miss_a_
     assert max(rates, key=rates.get) == 3 and max(line, key=line.get) == 5
 
 
+def test_a_long_gamma_keeps_its_measured_cost_after_the_window_has_moved_on():
+    """A run at one γ fits a flat line: a longer γ measured before it must keep its own (slower kernel) cost, or the
+    policy would price every longer draft as cheap as that γ and jump to the longest."""
+    hist = History(h=4)
+    hist.add(Outcome(0, 0, 0.0, 29.0, 1, 29.0))
+    for g, ms in ((6, 62.0), (5, 61.0), (4, 62.0)):
+        hist.add(Outcome(g, g, 1.0, ms, g + 1, 0.0))
+    for _ in range(8):  # twice the window, all at γ = 3
+        hist.add(Outcome(3, 3, 1.0, 39.0, 4, 0.0))
+    cost = hist.verify_model()
+    assert [s.drafted for s in hist.drafted()] == [3] * 4 and cost.slope == 0.0
+    assert cost(3) == 39.0 and cost(4) == 62.0 and cost(6) == 62.0 and cost(10) == 62.0
+    forgot = VerifyCost(cost.plain, cost.intercept, cost.slope, {3: 39.0})  # the window's costs alone
+    assert max(predicted_rates(0.8, 1.6, cost, 10, 1).items(), key=lambda kv: kv[1])[0] <= 3  # γ = 2 unmeasured: tried
+    assert max(predicted_rates(0.8, 1.6, forgot, 10, 1).items(), key=lambda kv: kv[1])[0] > 6  # past all it measured
+
+
 def test_an_unmeasured_short_gamma_is_priced_at_the_nearest_shorter_verify_so_it_gets_tried():
     hist = History(h=8)
     hist.add(Outcome(0, 0, 0.0, 20.0, 1, 20.0))
@@ -354,7 +371,7 @@ def test_per_drafter_online_policies_share_the_targets_timing():
     assert policy.choose(b, []).gamma > 0  # b learnt the plain cost from a's plain step
     assert policy.choose(a, []).gamma > 0
     policy.observe(event(0, 0, drafter="target"))  # the selector's plain step reaches every policy
-    assert all(len(p.estimates.verify.plain) == 2 for p in policy.policies.values())
+    assert all(len(p.estimates.verify.costs[0]) == 2 for p in policy.policies.values())
     c = SimpleNamespace(name="c")
     policy.choose(c, [])  # a policy built later learns from the steps before it
-    assert len(policy.policies["c"].estimates.verify.plain) == 2
+    assert len(policy.policies["c"].estimates.verify.costs[0]) == 2

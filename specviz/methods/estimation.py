@@ -24,14 +24,13 @@ class History:
 
     def __init__(self, h: int = 20, acc_max: float = 0.95):
         self.steps: deque[Outcome] = deque(maxlen=h)
-        self.plain: deque[float] = deque(maxlen=h)
+        self.costs: dict[int, deque[float]] = defaultdict(lambda: deque(maxlen=h))  # drafted count → its last h verify times
         self.acc_max = acc_max
 
     def add(self, rec: Outcome) -> None:
         if rec.drafted:
             self.steps.append(rec)
-        else:
-            self.plain.append(rec.verify_ms)
+        self.costs[rec.drafted].append(rec.verify_ms)
 
     def drafted(self) -> list[Outcome]:
         return list(self.steps)
@@ -66,31 +65,29 @@ class History:
         return sum(s.draft_ms for s in steps) / sum(s.drafted for s in steps) if steps else None
 
     def verify_model(self) -> VerifyCost | None:
-        """b_p(γ): plain steps (γ = 0) timed on their own; each γ the window has drafted at, its mean verify
-        time; other γ from a line fitted through the drafted steps.
+        """b_p(γ): each γ ever verified (γ = 0: a plain step), the mean of its own last ``h`` verify times;
+        other γ from a line fitted through the window's drafted steps.
 
         Verify cost is not a line in γ on every machine: on a CPU the matrix kernel changes with the number
-        of tokens (the offline target verifies up to 4 tokens on one about as cheap as a plain step, and 5 or
-        more on one that costs half as much again), so a γ once measured keeps its own cost. Plain steps are
-        kept apart from the window of ``h`` steps, so a run of drafted steps does not forget what a plain step
-        costs."""
+        of tokens (the offline target verifies a few tokens on one about as cheap as a plain step, and more
+        on one that costs half as much again or more), so a γ once measured keeps its own cost, apart from
+        the window of ``h`` steps: a run of steps at one γ does not forget what a longer or a plain step costs,
+        which a line through that run alone would price as flat."""
         steps = self.drafted()
+        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(self.costs.items()) if gamma and ms}
         if not steps:
             plain = self.plain_ms()
-            return None if plain is None else VerifyCost(plain, plain, 0.0)
+            return None if plain is None else VerifyCost(plain, plain, 0.0, measured)
         g = [float(s.drafted) for s in steps]
         t = [float(s.verify_ms) for s in steps]
         g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
         spread = sum((x - g_mean) ** 2 for x in g)
         slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
-        by_gamma: dict[int, list[float]] = defaultdict(list)
-        for s in steps:
-            by_gamma[s.drafted].append(s.verify_ms)
-        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(by_gamma.items())}
         return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope, measured)
 
     def plain_ms(self) -> float | None:
-        return sum(self.plain) / len(self.plain) if self.plain else None
+        plain = self.costs.get(0)
+        return sum(plain) / len(plain) if plain else None
 
 
 class Estimates:
