@@ -64,48 +64,48 @@ def test_expected_tokens_and_argmax_by_hand():
     assert expected_tokens(0.5, 0) == 1
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)
     # a_q = 10 ms, b_p = 40 ms flat: γ=0 → 1/40 = 25 tok/s; γ=1 → 1.5/50 = 30; γ=2 → 1.75/60 = 29.2
-    rates = predicted_rates(0.5, 10.0, VerifyCost(40.0, 40.0, 0.0), 3)
+    rates = predicted_rates(0.5, 10.0, VerifyCost(40.0, {1: 40.0}), 3)
     assert rates[0] == pytest.approx(25.0) and rates[1] == pytest.approx(30.0)
     assert max(rates, key=rates.get) == 1
     # drafting costs more than it saves: γ = 0 wins
-    rates = predicted_rates(0.1, 30.0, VerifyCost(40.0, 40.0, 0.0), 3)
+    rates = predicted_rates(0.1, 30.0, VerifyCost(40.0, {1: 40.0}), 3)
     assert max(rates, key=rates.get) == 0
-    # a plain step at 25 ms (1e3/25 = 40 tok/s) beats γ = 1 (1.5/50 ms = 30 tok/s), which the line through
-    # the drafted steps alone would extrapolate to 40 ms and lose
-    rates = predicted_rates(0.5, 10.0, VerifyCost(25.0, 40.0, 0.0), 3)
+    # a plain step at 25 ms (1e3/25 = 40 tok/s) beats γ = 1 at 40 ms (1.5/50 ms = 30 tok/s)
+    rates = predicted_rates(0.5, 10.0, VerifyCost(25.0, {1: 40.0}), 3)
     assert rates[0] == pytest.approx(40.0) and max(rates, key=rates.get) == 0
-    assert predicted_rates(0.5, 10.0, VerifyCost(None, 40.0, 0.0), 3)[0] == pytest.approx(25.0)
+    assert predicted_rates(0.5, 10.0, VerifyCost(None, {1: 40.0}), 3)[0] == pytest.approx(25.0)
 
 
-def test_verify_model_fits_a_line_through_drafted_steps_and_times_plain_ones_apart():
+def test_verify_model_keeps_each_gamma_and_the_plain_step_apart():
     hist = History(h=4)
     assert hist.verify_model() is None
     hist.add(Outcome(0, 0, 0.0, 25.0, 1, 25.0))
-    assert hist.verify_model() == VerifyCost(25.0, 25.0, 0.0)
-    for g in (1, 2, 3, 4, 1, 2, 3, 4):  # twice the window: the plain step must survive them
+    assert hist.verify_model() == VerifyCost(25.0, {})
+    for g in (1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4):  # thrice the window: the plain step must survive them
         hist.add(Outcome(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
     cost = hist.verify_model()
-    assert cost.plain == 25.0 and cost.intercept == pytest.approx(40) and cost.slope == pytest.approx(3)
-    assert cost(0) == 25.0 and cost(2) == pytest.approx(46) and cost(6) == pytest.approx(58)
+    assert cost == VerifyCost(25.0, {1: 43.0, 2: 46.0, 3: 49.0, 4: 52.0})
+    assert cost(0) == 25.0 and cost(6) == 52.0  # past the longest measured: its cost, a lower bound
     assert hist.acceptance() == 0.0 and len(hist.drafted()) == 4
+    for ms in (60.0, 50.0, 58.0, 52.0, 57.0):  # each γ keeps its own last h times
+        hist.add(Outcome(1, 0, 1.0, ms, 1, 0.0))
+    assert hist.verify_model()(1) == pytest.approx(54.25) and hist.verify_model()(2) == 46.0
 
 
-def test_a_measured_gamma_keeps_its_own_verify_cost_where_the_line_would_miss_a_kernel_step():
+def test_a_measured_gamma_keeps_its_own_verify_cost_where_a_line_would_miss_a_kernel_step():
     hist = History(h=8)
     for g in (1, 2, 3, 1, 2, 3, 4):  # cheap up to γ = 3, then a slower kernel
         hist.add(Outcome(g, 0, 1.0, 30.0 if g == 4 else 20.0 + 0.5 * g, 1, 0.0))
     cost = hist.verify_model()
-    assert cost(3) == pytest.approx(21.5) and cost(4) == pytest.approx(30.0)
-    assert cost(6) == pytest.approx(cost.intercept + 6 * cost.slope) and cost(6) > 30.0
-    # acceptance 0.85, 0.5 ms per draft: the line alone rates γ = 5 best; the measured costs keep γ = 3
-    rates = predicted_rates(0.85, 0.5, cost, 6, 1)
-    line = predicted_rates(0.85, 0.5, VerifyCost(None, cost.intercept, cost.slope), 6, 1)
-    assert max(rates, key=rates.get) == 3 and max(line, key=line.get) == 5
+    assert cost(3) == pytest.approx(21.5) and cost(4) == pytest.approx(30.0) and cost(6) == pytest.approx(30.0)
+    # acceptance 0.85, 0.5 ms per draft: a line through those seven steps would rate γ = 5 best; the measured costs keep γ = 3
+    rates = predicted_rates(0.85, 0.5, cost, cost.reach(6), 1)
+    assert max(rates, key=rates.get) == 3 and max(rates) == 5
 
 
 def test_a_long_gamma_keeps_its_measured_cost_after_the_window_has_moved_on():
-    """A run at one γ fits a flat line: a longer γ measured before it must keep its own (slower kernel) cost, or the
-    policy would price every longer draft as cheap as that γ and jump to the longest."""
+    """A run at one γ must not forget that a longer one verified on a slower kernel, or the policy would price every
+    longer draft as cheap as that γ and jump to the longest."""
     hist = History(h=4)
     hist.add(Outcome(0, 0, 0.0, 29.0, 1, 29.0))
     for g, ms in ((6, 62.0), (5, 61.0), (4, 62.0)):
@@ -113,29 +113,47 @@ def test_a_long_gamma_keeps_its_measured_cost_after_the_window_has_moved_on():
     for _ in range(8):  # twice the window, all at γ = 3
         hist.add(Outcome(3, 3, 1.0, 39.0, 4, 0.0))
     cost = hist.verify_model()
-    assert [s.drafted for s in hist.drafted()] == [3] * 4 and cost.slope == 0.0
+    assert [s.drafted for s in hist.drafted()] == [3] * 4
     assert cost(3) == 39.0 and cost(4) == 62.0 and cost(6) == 62.0 and cost(10) == 62.0
-    forgot = VerifyCost(cost.plain, cost.intercept, cost.slope, {3: 39.0})  # the window's costs alone
-    assert max(predicted_rates(0.8, 1.6, cost, 10, 1).items(), key=lambda kv: kv[1])[0] <= 3  # γ = 2 unmeasured: tried
+    forgot = VerifyCost(cost.plain, {3: 39.0})  # the window's costs alone
+    assert max(predicted_rates(0.8, 1.6, cost, cost.reach(10), 1).items(), key=lambda kv: kv[1])[0] <= 3  # γ = 2 unmeasured: tried
     assert max(predicted_rates(0.8, 1.6, forgot, 10, 1).items(), key=lambda kv: kv[1])[0] > 6  # past all it measured
 
 
 def test_an_unmeasured_short_gamma_is_priced_at_the_nearest_shorter_verify_so_it_gets_tried():
     hist = History(h=8)
     hist.add(Outcome(0, 0, 0.0, 20.0, 1, 20.0))
-    for g in (4, 4, 5, 4, 5, 4):  # only long, slow verifies so far: the line through them puts γ = 3 at 26 ms
+    for g in (4, 4, 5, 4, 5, 4):  # only long, slow verifies so far
         hist.add(Outcome(g, 0, 1.0, 30.0 + 4 * (g - 4), 1, 0.0))
     cost = hist.verify_model()
-    assert cost.intercept + cost.slope == pytest.approx(18.0) and cost.intercept + 3 * cost.slope == pytest.approx(26.0)
-    assert cost(1) == cost(3) == 20.0 and cost(4) == 30.0 and cost(6) == pytest.approx(38.0)
-    assert max(predicted_rates(0.5, 0.5, cost, 6, 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
+    assert cost(1) == cost(3) == 20.0 and cost(4) == 30.0 and cost(6) == 34.0
+    assert max(predicted_rates(0.5, 0.5, cost, cost.reach(6), 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
     hist.add(Outcome(3, 0, 1.0, 21.0, 1, 0.0))
     assert hist.verify_model()(2) == 20.0 and hist.verify_model()(3) == 21.0
     no_plain = History(h=8)
     for g in (3, 6):
         no_plain.add(Outcome(g, 0, 1.0, 20.0 + 5 * g, 1, 0.0))
-    assert no_plain.verify_model()(1) == pytest.approx(25.0)  # nothing shorter known: the line, capped by γ = 3's cost
-    assert no_plain.verify_model()(2) == pytest.approx(30.0) and no_plain.verify_model()(4) == 35.0
+    assert no_plain.verify_model()(1) == 35.0  # nothing shorter known: the nearest longer, an upper bound
+    assert no_plain.verify_model()(4) == 35.0 and no_plain.verify_model()(7) == 50.0
+
+
+def test_the_online_policy_learns_a_kernel_staircase_one_gamma_at_a_time():
+    """With verify costs that step up (3 rows as cheap as 2, 5 rows twice a plain step) and drafts that are always
+    accepted early on, the policy must climb one γ at a time and settle, not try the longest γ on a guessed price and
+    walk back down through every slow one."""
+    def verify_ms(g):
+        return 29.0 if g <= 1 else 39.0 if g <= 3 else 62.0
+    policy, chosen = OnlinePolicy(gamma=1), []
+    for step in range(30):
+        gamma = policy.choose(DRAFTER, []).gamma
+        chosen.append(gamma)
+        accepted = gamma if step < 3 else min(gamma, step % 2)  # a lucky start, then one step in two keeps one token
+        policy.observe(Outcome(gamma, accepted, 2.0 * gamma, verify_ms(gamma), accepted + 1, verify_ms(gamma) + 2.0 * gamma,
+                               None, "d"))
+    assert chosen[:2] == [1, 0]  # the initial γ, then a plain step timed
+    assert max(chosen) <= 4 and sum(g >= 4 for g in chosen) == 1  # the slow kernel tried once, never jumped to first
+    assert all(g <= max(chosen[:i]) + 1 for i, g in enumerate(chosen) if i)
+    assert chosen[-5:] == [1] * 5
 
 
 def test_online_policy_picks_zero_then_probes():
@@ -160,9 +178,14 @@ def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is
     assert choice.gamma == 0 and choice.why()["reason"].startswith("timing")
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))  # a plain step, whoever would have drafted
     choice = policy.choose(DRAFTER, [])
-    assert choice.gamma >= 6
+    assert choice.gamma == 3  # one beyond the longest verified
     b_p = choice.why()["b_p_ms"]
-    assert b_p["0"] == b_p["1"] == 39.0 and b_p["2"] == b_p["10"] == 40.0  # γ = 1 at the plain step's cost until tried
+    assert b_p == {"0": 39.0, "1": 39.0, "2": 40.0, "3": 40.0}  # γ = 1 at the plain step's cost until tried
+    climb = []
+    for _ in range(6):  # every draft accepted at a flat cost: one γ longer each step, up to γ_max
+        climb.append(policy.choose(DRAFTER, []).gamma)
+        policy.observe(event(climb[-1], climb[-1], draft_ms=1.0))
+    assert climb == [3, 4, 5, 6, 7, 8]
 
 
 def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_the_pure_mle():
@@ -284,7 +307,7 @@ def test_selector_pools_the_verify_cost_over_drafters():
     sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
     sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
     sel.observe(event(4, 0, verify_ms=40.0, drafter="b"))
-    assert sel.estimates.verify.verify_model() == VerifyCost(20.0, pytest.approx(20.0), pytest.approx(5.0), {2: 30.0, 4: 40.0})
+    assert sel.estimates.verify.verify_model() == VerifyCost(20.0, {2: 30.0, 4: 40.0})
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     pick = sel.choose([a, b], [])

@@ -65,25 +65,12 @@ class History:
         return sum(s.draft_ms for s in steps) / sum(s.drafted for s in steps) if steps else None
 
     def verify_model(self) -> VerifyCost | None:
-        """b_p(γ): each γ ever verified (γ = 0: a plain step), the mean of its own last ``h`` verify times;
-        other γ from a line fitted through the window's drafted steps.
-
-        Verify cost is not a line in γ on every machine: on a CPU the matrix kernel changes with the number
-        of tokens (the offline target verifies a few tokens on one about as cheap as a plain step, and more
-        on one that costs half as much again or more), so a γ once measured keeps its own cost, apart from
-        the window of ``h`` steps: a run of steps at one γ does not forget what a longer or a plain step costs,
-        which a line through that run alone would price as flat."""
-        steps = self.drafted()
+        """b_p(γ): each γ ever verified (γ = 0: a plain step) at the mean of its own last ``h`` verify times, kept
+        apart from the window of ``h`` steps, so that a run of steps at one γ does not forget what a longer or a plain
+        step costs; None before any step."""
         measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(self.costs.items()) if gamma and ms}
-        if not steps:
-            plain = self.plain_ms()
-            return None if plain is None else VerifyCost(plain, plain, 0.0, measured)
-        g = [float(s.drafted) for s in steps]
-        t = [float(s.verify_ms) for s in steps]
-        g_mean, t_mean = sum(g) / len(g), sum(t) / len(t)
-        spread = sum((x - g_mean) ** 2 for x in g)
-        slope = max(0.0, sum((x - g_mean) * (y - t_mean) for x, y in zip(g, t)) / spread) if spread else 0.0
-        return VerifyCost(self.plain_ms(), t_mean - slope * g_mean, slope, measured)
+        plain = self.plain_ms()
+        return None if plain is None and not measured else VerifyCost(plain, measured)
 
     def plain_ms(self) -> float | None:
         plain = self.costs.get(0)
@@ -120,16 +107,17 @@ class Estimates:
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet,
-    then the drafted line is extrapolated); for a verify of γ drafted tokens, the ``measured`` mean at that γ
-    if there is one. An unmeasured γ below the longest measured one costs what the nearest shorter measured
-    verify (or the plain step) costs: cost never falls with γ, so that is a lower bound, and an optimistic one
-    gets tried and measured, where a line through a kernel step would price it out for good. Beyond the
-    longest measured γ, ``intercept + slope·γ``, and no less than that longest one."""
+    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet), for a verify
+    of γ drafted tokens the ``measured`` mean at that γ. An unmeasured γ costs what the nearest shorter measured verify
+    (or the plain step) costs, else the nearest longer one.
+
+    Not the paper's line in γ: on a CPU the matrix kernel changes with the number of rows (the offline target verifies
+    a few drafted tokens about as cheaply as a plain step, a few more at half as much again), and a line through such a
+    staircase prices the γ past a step as dear as the next one and never tries it. Cost never falls with γ, so the
+    nearest shorter cost is a lower bound: an optimistic price, which gets tried once and measured. A policy reads it
+    up to :meth:`reach` only, so that it learns one γ at a time."""
 
     plain: float | None
-    intercept: float
-    slope: float
     measured: dict[int, float] = field(default_factory=dict)
 
     def __call__(self, gamma: int) -> float:
@@ -138,11 +126,14 @@ class VerifyCost:
         if gamma in self.measured:
             return self.measured[gamma]
         known = sorted(self.measured.items()) if self.plain is None else [(0, self.plain), *sorted(self.measured.items())]
-        below, above = [c for g, c in known if g < gamma], [c for g, c in known if g > gamma]
-        if below and above:
-            return below[-1]
-        line = self.intercept + self.slope * gamma
-        return max(line, below[-1]) if below else min([line, *above])
+        below = [c for g, c in known if g < gamma]
+        return below[-1] if below else min(c for g, c in known if g > gamma)
+
+    def reach(self, gamma_max: int) -> int:
+        """The longest γ worth pricing: one beyond the longest measured, within ``gamma_max``. Priced optimistically
+        past all it has measured, a policy free to pick any γ would jump to the longest and walk back down one slow
+        verify per γ; one γ at a time, each longer draft is tried once before the next is priced."""
+        return min(gamma_max, max(self.measured, default=0) + 1)
 
 
 class ProbeSchedule:

@@ -94,8 +94,8 @@ class ConfidencePolicy(LengthPolicy):
 @GAMMA_POLICIES.register("The paper's online window optimisation: γ maximising predicted tokens/s (0: a plain step).", ("gamma",))
 class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
-    model (a_q per draft token; b_p(γ) fitted linearly over drafted steps, plain steps timed apart, see
-    :meth:`History.verify_model`) and the γ ∈ 0..γ_max maximising predicted tokens per second; γ = 0 is a
+    model (a_q per draft token; b_p(γ) measured per γ, see :class:`~specviz.methods.estimation.VerifyCost`) and the
+    γ ∈ 0..γ_max maximising predicted tokens per second, up to one γ beyond the longest verified; γ = 0 is a
     plain target step, taken once early to time it. While γ* = 0 it probes γ = 1 on a
     :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover. With token trees γ is the
     node budget: the verify cost is measured per fed length as for chains, and the acceptance is per depth, a budget's
@@ -125,7 +125,7 @@ class OnlinePolicy(LengthPolicy):
         acc, a_q, b_p = self.estimates.acceptance(drafter.name), hist.draft_ms_per_token(), self.estimates.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             return Choice(self.gamma, partial(dict, policy=self.name, gamma=self.gamma, reason="no history yet: initial γ"))
-        rates = predicted_rates(acc, a_q, b_p, self.gamma_max, depth=hist.depth_of)
+        rates = predicted_rates(acc, a_q, b_p, b_p.reach(self.gamma_max), depth=hist.depth_of)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
         if b_p.plain is None:
