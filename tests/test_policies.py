@@ -150,7 +150,7 @@ def test_the_online_policy_learns_a_kernel_staircase_one_gamma_at_a_time():
         accepted = gamma if step < 3 else min(gamma, step % 2)  # a lucky start, then one step in two keeps one token
         policy.observe(Outcome(gamma, accepted, 2.0 * gamma, verify_ms(gamma), accepted + 1, verify_ms(gamma) + 2.0 * gamma,
                                None, "d"))
-    assert chosen[:2] == [1, 0]  # the initial γ, then a plain step timed
+    assert chosen[0] == 1 and 0 not in chosen  # the initial γ; drafting always pays here, so no plain step
     assert max(chosen) <= 4 and sum(g >= 4 for g in chosen) == 1  # the slow kernel tried once, never jumped to first
     assert all(g <= max(chosen[:i]) + 1 for i, g in enumerate(chosen) if i)
     assert chosen[-5:] == [1] * 5
@@ -168,24 +168,39 @@ def test_online_policy_picks_zero_then_probes():
     assert "pred_tok_s" in policy.choose(DRAFTER, []).why()
 
 
-def test_online_policy_times_a_plain_step_once_then_goes_long_when_acceptance_is_high():
+def test_online_policy_goes_long_one_gamma_at_a_time_when_acceptance_is_high():
     policy = OnlinePolicy(gamma=2)
     choice = policy.choose(DRAFTER, [])
     assert choice.gamma == 2 and "initial" in choice.why()["reason"]
     for _ in range(10):
         policy.observe(event(2, 2, draft_ms=1.0))
     choice = policy.choose(DRAFTER, [])
-    assert choice.gamma == 0 and choice.why()["reason"].startswith("timing")
-    policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))  # a plain step, whoever would have drafted
-    choice = policy.choose(DRAFTER, [])
-    assert choice.gamma == 3  # one beyond the longest verified
+    assert choice.gamma == 3  # one beyond the longest verified; no step spent only to time a plain one
     b_p = choice.why()["b_p_ms"]
-    assert b_p == {"0": 39.0, "1": 39.0, "2": 40.0, "3": 40.0}  # γ = 1 at the plain step's cost until tried
+    assert b_p == {"0": 40.0, "1": 40.0, "2": 40.0, "3": 40.0}  # γ = 0 and 1 at the shortest measured verify until taken
     climb = []
     for _ in range(6):  # every draft accepted at a flat cost: one γ longer each step, up to γ_max
         climb.append(policy.choose(DRAFTER, []).gamma)
         policy.observe(event(climb[-1], climb[-1], draft_ms=1.0))
     assert climb == [3, 4, 5, 6, 7, 8]
+
+
+def test_online_policy_takes_a_plain_step_only_where_drafting_loses_even_against_an_upper_bound_of_its_cost():
+    def after(accepted: int, plain_ms: float | None = None) -> OnlinePolicy:
+        policy = OnlinePolicy(gamma=4)
+        if plain_ms is not None:
+            policy.observe(event(0, 0, verify_ms=plain_ms, drafter="target"))
+        for _ in range(10):
+            policy.observe(event(4, accepted, draft_ms=5.0, verify_ms=40.0))
+        return policy
+
+    # every draft half kept: γ > 0 even with a plain step priced as dear as a verify of 4
+    assert after(2).choose(DRAFTER, []).gamma > 0
+    # nothing kept: drafting loses at any price of the plain step, which is then taken (and timed)
+    choice = after(0).choose(DRAFTER, [])
+    assert choice.gamma == 0 and choice.why()["b_p_ms"]["0"] == 40.0
+    # a draft of 4 keeping one token in two: drafting beats the upper bound, but not a plain step timed at 10 ms
+    assert after(1).choose(DRAFTER, []).gamma > 0 and after(1, plain_ms=10.0).choose(DRAFTER, []).gamma == 0
 
 
 def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_the_pure_mle():
@@ -274,7 +289,7 @@ def test_selector_explores_then_exploits():
         picks.append(d.name if d else None)
         sel.observe(event(4, 4, drafter="b") if d is b else event(4, 0, drafter="a") if d else event(0, 0, drafter="target"))
     assert picks[:4].count("a") == 2 and picks[:4].count("b") == 2
-    assert picks[4:] == [None] + ["b"] * 3  # one plain step times the target alone, then the better draft
+    assert picks[4:] == ["b"] * 4  # then the better draft: no step is spent only to time the target
 
 
 def test_selector_explores_the_predicted_best_first_and_shrinks_towards_the_prior():
@@ -388,11 +403,9 @@ def test_per_drafter_online_policies_share_the_targets_timing():
     for drafter in (a, b):
         assert policy.choose(drafter, []).gamma == 3  # no history: the initial γ
         policy.observe(event(3, 2, drafter=drafter.name))
-    choice = policy.choose(a, [])
-    assert choice.gamma == 0 and choice.why()["reason"].startswith("timing a plain step")
-    policy.observe(event(0, 0, drafter="a"))
-    assert policy.choose(b, []).gamma > 0  # b learnt the plain cost from a's plain step
-    assert policy.choose(a, []).gamma > 0
+    assert policy.choose(b, []).why()["b_p_ms"]["0"] == 40.0  # no plain step yet: priced at the shortest verify
+    policy.observe(event(0, 0, verify_ms=30.0, drafter="a"))
+    assert policy.choose(b, []).why()["b_p_ms"]["0"] == 30.0  # b learnt the plain cost from a's plain step
     policy.observe(event(0, 0, drafter="target"))  # the selector's plain step reaches every policy
     assert all(len(p.estimates.verify.costs[0]) == 2 for p in policy.policies.values())
     c = SimpleNamespace(name="c")

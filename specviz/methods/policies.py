@@ -96,7 +96,8 @@ class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
     model (a_q per draft token; b_p(γ) measured per γ, see :class:`~specviz.methods.estimation.VerifyCost`) and the
     γ ∈ 0..γ_max maximising predicted tokens per second, up to one γ beyond the longest verified; γ = 0 is a
-    plain target step, taken once early to time it. While γ* = 0 it probes γ = 1 on a
+    plain target step, priced at the shortest verify measured until one is taken (an upper bound: no step is spent
+    only to time it, and a plain step is taken where drafting loses even against that). While γ* = 0 it probes γ = 1 on a
     :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover. With token trees γ is the
     node budget: the verify cost is measured per fed length as for chains, and the acceptance is per depth, a budget's
     expected tokens those of the depth it reaches (:meth:`History.depth_of`).
@@ -128,9 +129,7 @@ class OnlinePolicy(LengthPolicy):
         rates = predicted_rates(acc, a_q, b_p, b_p.reach(self.gamma_max), depth=hist.depth_of)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
-        if b_p.plain is None:
-            best, reason = 0, "timing a plain step: γ = 0 not measured yet"
-        elif best > 0:
+        if best > 0:
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = 1, "probe: γ* = 0 for a while"

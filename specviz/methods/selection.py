@@ -41,13 +41,13 @@ class OnlineSelector(FirstDraft):
     Acceptance per drafter is the censored MLE over its own last ``h`` steps, shrunk towards its prior
     (the acceptance predicted from prompt features) by ``prior_weight`` pseudo-observations (the run's
     :class:`Estimates`, which it files and the γ policy reads too); the target's
-    verify cost b_p(γ) does not depend on who drafted, so it is fitted on every step. A drafter is explored
+    verify cost b_p(γ) does not depend on who drafted, so it is measured on every step. A drafter is explored
     (tried first, predicted-best first) until it has ``explore`` steps of its own: its draft cost is only
     known once it has drafted. A drafter that has not drafted yet is explored only while it could still win:
     at its prior acceptance (Acc_max without one) and free drafting, its best rate must reach the best
     predicted rate of the drafters already measured (this is re-checked every step, so a drafter skipped
-    early is tried once the others falter). Then one plain step is taken, if none was yet, to time it. When no drafter's
-    best predicted rate beats a plain target step, the step is plain (``choose`` returns None), except on a
+    early is tried once the others falter). When no drafter's best predicted rate beats a plain target step (priced at
+    the shortest verify measured until one is taken), the step is plain (``choose`` returns None), except on a
     :class:`ProbeSchedule` (first after ``probe`` such steps), which lets the best drafter try again."""
 
     name = "online-select"
@@ -97,8 +97,8 @@ class OnlineSelector(FirstDraft):
         if fresh:
             return pick(fresh[0], "exploring: too little history")
         b_p = self.estimates.verify.verify_model()
-        if b_p is None or b_p.plain is None:
-            return pick(None, "timing a plain step: not measured yet")
+        if b_p is None:
+            return pick(None, "no drafter to explore: a plain step")
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}
         best = max(drafters, key=lambda d: scores[d.name])
         plain = 1e3 / b_p(0) if b_p(0) > 0 else 0.0
