@@ -360,6 +360,8 @@ def test_selector_skips_an_ngram_drafter_without_a_match():
 def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
     a = named("a")
     sel = OnlineSelector(explore=0, probe=4)
+    first = sel.choose([a], [])  # nothing to explore and nothing measured: a plain step, which times the target
+    assert first.drafter is None and first.why()["reason"] == "no drafter to explore: a plain step"
     sel.observe(event(0, 0, verify_ms=40.0, drafter="target"))
     sel.observe(event(3, 0, draft_ms=6.0, verify_ms=46.0, drafter="a"))  # never accepted: drafting only costs
     picks = []
