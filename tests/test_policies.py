@@ -64,27 +64,27 @@ def test_expected_tokens_and_argmax_by_hand():
     assert expected_tokens(0.5, 0) == 1
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)
     # a_q = 10 ms, b_p = 40 ms flat: γ=0 → 1/40 = 25 tok/s; γ=1 → 1.5/50 = 30; γ=2 → 1.75/60 = 29.2
-    rates = predicted_rates(0.5, 10.0, VerifyCost(40.0, {1: 40.0}), 3)
+    rates = predicted_rates(0.5, 10.0, VerifyCost({0: 40.0, 1: 40.0}), 3)
     assert rates[0] == pytest.approx(25.0) and rates[1] == pytest.approx(30.0)
     assert max(rates, key=rates.get) == 1
     # drafting costs more than it saves: γ = 0 wins
-    rates = predicted_rates(0.1, 30.0, VerifyCost(40.0, {1: 40.0}), 3)
+    rates = predicted_rates(0.1, 30.0, VerifyCost({0: 40.0, 1: 40.0}), 3)
     assert max(rates, key=rates.get) == 0
     # a plain step at 25 ms (1e3/25 = 40 tok/s) beats γ = 1 at 40 ms (1.5/50 ms = 30 tok/s)
-    rates = predicted_rates(0.5, 10.0, VerifyCost(25.0, {1: 40.0}), 3)
+    rates = predicted_rates(0.5, 10.0, VerifyCost({0: 25.0, 1: 40.0}), 3)
     assert rates[0] == pytest.approx(40.0) and max(rates, key=rates.get) == 0
-    assert predicted_rates(0.5, 10.0, VerifyCost(None, {1: 40.0}), 3)[0] == pytest.approx(25.0)
+    assert predicted_rates(0.5, 10.0, VerifyCost({1: 40.0}), 3)[0] == pytest.approx(25.0)
 
 
 def test_verify_model_keeps_each_gamma_and_the_plain_step_apart():
     hist = History(h=4)
     assert hist.verify_model() is None
     hist.add(Outcome(0, 0, 0.0, 25.0, 1, 25.0))
-    assert hist.verify_model() == VerifyCost(25.0, {})
+    assert hist.verify_model() == VerifyCost({0: 25.0})
     for g in (1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4):  # thrice the window: the plain step must survive them
         hist.add(Outcome(g, 0, 1.0, 40 + 3 * g, 1, 0.0))
     cost = hist.verify_model()
-    assert cost == VerifyCost(25.0, {1: 43.0, 2: 46.0, 3: 49.0, 4: 52.0})
+    assert cost == VerifyCost({0: 25.0, 1: 43.0, 2: 46.0, 3: 49.0, 4: 52.0})
     assert cost(0) == 25.0 and cost(6) == 52.0  # past the longest measured: its cost, a lower bound
     assert hist.acceptance() == 0.0 and len(hist.drafted()) == 4
     for ms in (60.0, 50.0, 58.0, 52.0, 57.0):  # each γ keeps its own last h times
@@ -99,7 +99,7 @@ def test_a_measured_gamma_keeps_its_own_verify_cost_where_a_line_would_miss_a_ke
     cost = hist.verify_model()
     assert cost(3) == pytest.approx(21.5) and cost(4) == pytest.approx(30.0) and cost(6) == pytest.approx(30.0)
     # acceptance 0.85, 0.5 ms per draft: a line through those seven steps would rate γ = 5 best; the measured costs keep γ = 3
-    rates = predicted_rates(0.85, 0.5, cost, cost.reach(6), 1)
+    rates = predicted_rates(0.85, 0.5, cost, cost.longest_priced(6), 1)
     assert max(rates, key=rates.get) == 3 and max(rates) == 5
 
 
@@ -115,8 +115,8 @@ def test_a_long_gamma_keeps_its_measured_cost_after_the_window_has_moved_on():
     cost = hist.verify_model()
     assert [s.drafted for s in hist.drafted()] == [3] * 4
     assert cost(3) == 39.0 and cost(4) == 62.0 and cost(6) == 62.0 and cost(10) == 62.0
-    forgot = VerifyCost(cost.plain, {3: 39.0})  # the window's costs alone
-    assert max(predicted_rates(0.8, 1.6, cost, cost.reach(10), 1).items(), key=lambda kv: kv[1])[0] <= 3  # γ = 2 unmeasured: tried
+    forgot = VerifyCost({0: cost(0), 3: 39.0})  # the window's costs alone
+    assert max(predicted_rates(0.8, 1.6, cost, cost.longest_priced(10), 1).items(), key=lambda kv: kv[1])[0] <= 3  # γ = 2 unmeasured: tried
     assert max(predicted_rates(0.8, 1.6, forgot, 10, 1).items(), key=lambda kv: kv[1])[0] > 6  # past all it measured
 
 
@@ -127,7 +127,7 @@ def test_an_unmeasured_short_gamma_is_priced_at_the_nearest_shorter_verify_so_it
         hist.add(Outcome(g, 0, 1.0, 30.0 + 4 * (g - 4), 1, 0.0))
     cost = hist.verify_model()
     assert cost(1) == cost(3) == 20.0 and cost(4) == 30.0 and cost(6) == 34.0
-    assert max(predicted_rates(0.5, 0.5, cost, cost.reach(6), 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
+    assert max(predicted_rates(0.5, 0.5, cost, cost.longest_priced(6), 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
     hist.add(Outcome(3, 0, 1.0, 21.0, 1, 0.0))
     assert hist.verify_model()(2) == 20.0 and hist.verify_model()(3) == 21.0
     no_plain = History(h=8)
@@ -322,7 +322,7 @@ def test_selector_pools_the_verify_cost_over_drafters():
     sel.observe(event(2, 2, verify_ms=30.0, drafter="a"))
     sel.observe(event(0, 0, verify_ms=20.0, drafter="b"))  # a plain target step still times the target
     sel.observe(event(4, 0, verify_ms=40.0, drafter="b"))
-    assert sel.estimates.verify.verify_model() == VerifyCost(20.0, {2: 30.0, 4: 40.0})
+    assert sel.estimates.verify.verify_model() == VerifyCost({0: 20.0, 2: 30.0, 4: 40.0})
     # b's own steps: 0 of 4 accepted (MLE 0); a: 2 of 2 (capped at Acc_max); same verify model for both
     assert sel.predicted(a) > sel.predicted(b) > 0
     pick = sel.choose([a, b], [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specviz.core.formulas import censored_acceptance, expected_tokens
 from specviz.core.policy import Outcome
@@ -68,13 +68,8 @@ class History:
         """b_p(γ): each γ ever verified (γ = 0: a plain step) at the mean of its own last ``h`` verify times, kept
         apart from the window of ``h`` steps, so that a run of steps at one γ does not forget what a longer or a plain
         step costs; None before any step."""
-        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(self.costs.items()) if gamma and ms}
-        plain = self.plain_ms()
-        return None if plain is None and not measured else VerifyCost(plain, measured)
-
-    def plain_ms(self) -> float | None:
-        plain = self.costs.get(0)
-        return sum(plain) / len(plain) if plain else None
+        measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(self.costs.items()) if ms}
+        return VerifyCost(measured) if measured else None
 
 
 class Estimates:
@@ -107,29 +102,24 @@ class Estimates:
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Target milliseconds per step: ``plain`` for a step with nothing drafted (None: not measured yet), for a verify
-    of γ drafted tokens the ``measured`` mean at that γ. An unmeasured γ costs what the nearest shorter measured verify
-    (or the plain step) costs, else the nearest longer one.
+    """Target milliseconds per step: for a verify of γ drafted tokens the ``measured`` mean at that γ (γ = 0: a plain
+    step). An unmeasured γ costs what the nearest shorter measured one costs, else the nearest longer one.
 
     Not the paper's line in γ: on a CPU the matrix kernel changes with the number of rows (the offline target verifies
     a few drafted tokens about as cheaply as a plain step, a few more at half as much again), and a line through such a
     staircase prices the γ past a step as dear as the next one and never tries it. Cost never falls with γ, so the
     nearest shorter cost is a lower bound: an optimistic price, which gets tried once and measured. A policy reads it
-    up to :meth:`reach` only, so that it learns one γ at a time."""
+    up to :meth:`longest_priced` only, so that it learns one γ at a time."""
 
-    plain: float | None
-    measured: dict[int, float] = field(default_factory=dict)
+    measured: dict[int, float]
 
     def __call__(self, gamma: int) -> float:
-        if gamma == 0 and self.plain is not None:
-            return self.plain
         if gamma in self.measured:
             return self.measured[gamma]
-        known = sorted(self.measured.items()) if self.plain is None else [(0, self.plain), *sorted(self.measured.items())]
-        below = [c for g, c in known if g < gamma]
-        return below[-1] if below else min(c for g, c in known if g > gamma)
+        below = [c for g, c in sorted(self.measured.items()) if g < gamma]
+        return below[-1] if below else min(c for g, c in self.measured.items() if g > gamma)
 
-    def reach(self, gamma_max: int) -> int:
+    def longest_priced(self, gamma_max: int) -> int:
         """The longest γ worth pricing: one beyond the longest measured, within ``gamma_max``. Priced optimistically
         past all it has measured, a policy free to pick any γ would jump to the longest and walk back down one slow
         verify per γ; one γ at a time, each longer draft is tried once before the next is priced."""

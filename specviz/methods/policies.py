@@ -126,7 +126,7 @@ class OnlinePolicy(LengthPolicy):
         acc, a_q, b_p = self.estimates.acceptance(drafter.name), hist.draft_ms_per_token(), self.estimates.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             return Choice(self.gamma, partial(dict, policy=self.name, gamma=self.gamma, reason="no history yet: initial γ"))
-        rates = predicted_rates(acc, a_q, b_p, b_p.reach(self.gamma_max), depth=hist.depth_of)
+        rates = predicted_rates(acc, a_q, b_p, b_p.longest_priced(self.gamma_max), depth=hist.depth_of)
         best = max(rates, key=rates.get)
         reason = "argmax of predicted tokens/s"
         if best > 0:

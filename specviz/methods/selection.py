@@ -66,7 +66,7 @@ class OnlineSelector(FirstDraft):
         acc, a_q, b_p = est.acceptance(drafter.name), est.histories[drafter.name].draft_ms_per_token(), est.verify.verify_model()
         if acc is None or a_q is None or b_p is None:
             return None
-        return max(predicted_rates(acc, a_q, b_p, b_p.reach(self.gamma_max), 1).values())
+        return max(predicted_rates(acc, a_q, b_p, b_p.longest_priced(self.gamma_max), 1).values())
 
     def could_win(self, drafter: Drafter, best_measured: float | None) -> bool:
         """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would reach
@@ -75,7 +75,7 @@ class OnlineSelector(FirstDraft):
         if best_measured is None or b_p is None:
             return True
         acc = self.estimates.priors.get(drafter.name, self.estimates.acc_max)
-        return max(predicted_rates(acc, 0.0, b_p, b_p.reach(self.gamma_max), 1).values()) >= best_measured
+        return max(predicted_rates(acc, 0.0, b_p, b_p.longest_priced(self.gamma_max), 1).values()) >= best_measured
 
     def choose(self, drafters: list[Drafter], tokens: list[int]) -> Pick:
         ready = [d for d in drafters if d.can_draft(tokens)]  # an n-gram drafter with no match would waste the step
