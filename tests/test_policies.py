@@ -127,7 +127,8 @@ def test_an_unmeasured_short_gamma_is_priced_at_the_nearest_shorter_verify_so_it
         hist.add(Outcome(g, 0, 1.0, 30.0 + 4 * (g - 4), 1, 0.0))
     cost = hist.verify_model()
     assert cost(1) == cost(3) == 20.0 and cost(4) == 30.0 and cost(6) == 34.0
-    assert max(predicted_rates(0.5, 0.5, cost, cost.longest_priced(6), 1).items(), key=lambda kv: kv[1])[0] == 3  # so a short γ is tried next
+    rates = predicted_rates(0.5, 0.5, cost, cost.longest_priced(6), 1)
+    assert max(rates, key=rates.get) == 3  # so a short γ is tried next
     hist.add(Outcome(3, 0, 1.0, 21.0, 1, 0.0))
     assert hist.verify_model()(2) == 20.0 and hist.verify_model()(3) == 21.0
     no_plain = History(h=8)
