@@ -15,7 +15,8 @@ Written to ``--out`` as a JSON list, one object per prompt (the draft is the bun
 (default ``results/policy_sim_matches.json``), feeding them steps timed by a cost model fitted to ``--costs`` (a
 ``--configs policies`` benchmark CSV, default ``results/policies.csv``: per-step verify and draft milliseconds of the
 fixed-γ rows, plain steps from the AR row), and writes to ``--out`` a report of each policy's tokens per second
-relative to the best fixed γ, per prompt (median) and summed. The replay isolates the policy's decisions from the machine's timing
+relative to the best fixed γ, per prompt (median) and summed. The adaptive policies get the cost model's verify times as
+the target's verify profile, as a run measures it at load on a CPU (one row goes without it, as on a GPU). The replay isolates the policy's decisions from the machine's timing
 noise; the benchmark remains the measurement.
 """
 
@@ -36,9 +37,9 @@ import torch
 from bench_steps import ROOT, committed
 
 from specviz.core.drafters import SINGLE_PATH
-from specviz.core.policy import Choice, LengthPolicy, Outcome
+from specviz.core.policy import MAX_GAMMA, Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.policies import ConfidencePolicy, OnlinePolicy
+from specviz.methods.policies import ConfidencePolicy, OnlinePolicy, make_policy
 from specviz.runtime.config import DecodeConfig
 
 MATCHES, COSTS = Path("results/policy_sim_matches.json"), Path("results/policies.csv")
@@ -161,14 +162,17 @@ def main_replay(out: Path, matches: Path = MATCHES, costs: Path = COSTS, noise: 
     rows, cost = json.loads(matches.read_text()), cost_model(costs)
     start = DecodeConfig.gamma  # every adaptive policy starts where the CLI's would
     makers = {f"fixed γ={g}": (lambda row, g=g: GAMMA_POLICIES["fixed"](g)) for g in range(1, 9)}
-    makers |= {name: (lambda row, name=name: GAMMA_POLICIES[name](start)) for name in ("fsm", "hf-heuristic", "online")}
-    makers |= {f"online h={h}": (lambda row, h=h: OnlinePolicy(start, h=h)) for h in (5, 10, 40)}
-    makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(start, prior_weight=w)) for w in (0, 2, 4)}  # default ×1
+    profile = {0: cost["plain"]} | {g: verify_ms(cost, g) for g in range(1, MAX_GAMMA + 1)}  # what a run measures at load
+    makers |= {name: (lambda row, name=name: make_policy(name, start, profile=profile)) for name in ("fsm", "hf-heuristic", "online")}
+    makers["online without a profile (as on a GPU)"] = lambda row: OnlinePolicy(start)
+    makers |= {f"online h={h}": (lambda row, h=h: OnlinePolicy(start, h=h, profile=profile)) for h in (5, 10, 40)}
+    makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(start, prior_weight=w, profile=profile))
+               for w in (0, 2, 4)}  # default ×1
     makers |= {f"online prior = predicted acceptance ×{w}":
-               (lambda row, w=w: OnlinePolicy(start, prior=row["predicted_acceptance"], prior_weight=w))
+               (lambda row, w=w: OnlinePolicy(start, prior=row["predicted_acceptance"], prior_weight=w, profile=profile))
                for w in (1, 2, 4)}
     makers |= {f"confidence τ={t}": (lambda row, t=t: ConfidencePolicy(threshold=t)) for t in (0.2, 0.3, 0.4, 0.5)}
-    makers |= {f"online + stop τ={t}": (lambda row, t=t: Stopping(OnlinePolicy(start), t)) for t in (0.2, 0.3, 0.4)}
+    makers |= {f"online + stop τ={t}": (lambda row, t=t: Stopping(OnlinePolicy(start, profile=profile), t)) for t in (0.2, 0.3, 0.4)}
     makers |= {f"fixed γ={g} + stop τ={t}": (lambda row, g=g, t=t: Stopping(GAMMA_POLICIES["fixed"](g), t))
                for g in (3, 4, 6) for t in (0.2, 0.3)}
     makers["clairvoyant (γ = the accepted length)"] = lambda row: Clairvoyant(row["L"])

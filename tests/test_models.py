@@ -239,3 +239,29 @@ def test_without_the_offline_wheel_the_hub_copy_is_the_default_and_decodes_the_s
     a = specviz.speculate("Name a planet.", target=presets.HUB_PRESET, max_new_tokens=16, **fixed)
     b = specviz.speculate("Name a planet.", target=presets.OFFLINE_PRESET, max_new_tokens=16, **fixed)
     assert a.token_ids == b.token_ids and a.metrics["accepted"] == b.metrics["accepted"] > 0
+
+
+def test_the_verify_profile_is_timed_once_per_machine_and_leaves_the_target_as_it_found_it(monkeypatch, tmp_path):
+    """The online policy's verify profile: one time per γ, measured on the run's own target before it decodes, which
+    must then decode as if nothing had run; a later run of that shape reads the remembered one."""
+    from specviz.core.acceptance import ExactRule
+    from specviz.core.sampling import Sampler
+    from specviz.methods.policies import OnlinePolicy
+    from specviz.models.backends import cpu
+    from tests.test_engine import reference
+
+    monkeypatch.setattr(cpu, "cache_dir", lambda: tmp_path)
+    target, draft = (tiny_llama(vocab=96, hidden=64, layers=2, seed=s) for s in (0, 1))
+    cached = cached_model(target)
+    profile = cpu.verify_profile(cached, 4, reps=2)
+    assert sorted(profile) == [0, 1, 2, 3, 4] and all(ms > 0 for ms in profile.values())
+    assert cached.ids == []
+    prompt = [3, 5, 7, 9, 11]
+    events = list(decode(cached, prompt, drafters=[ModelDrafter(cached_model(draft))], rule=ExactRule(),
+                         policy=OnlinePolicy(2, profile=profile), sampler=Sampler(), max_new_tokens=24))
+    assert [t for e in events for t in e.emitted_ids] == reference(target, prompt, 24)
+
+    def no_clock():
+        raise AssertionError("timed again")
+    monkeypatch.setattr(cpu.time, "perf_counter", no_clock)
+    assert cpu.verify_profile(cached_model(tiny_llama(vocab=96, hidden=64, layers=2, seed=5)), 4) == profile

@@ -157,6 +157,42 @@ def test_the_online_policy_learns_a_kernel_staircase_one_gamma_at_a_time():
     assert chosen[-5:] == [1] * 5
 
 
+def test_the_machine_profile_shapes_unmeasured_gammas_and_the_run_scales_it():
+    """A profile measured at load gives the staircase's shape, the run's own verify times its scale: a machine twice as
+    busy as at load prices every unmeasured γ twice the profile's, after the nearest measured γ."""
+    profile = {0: 28.0, 1: 30.0, 2: 30.0, 3: 40.0, 4: 40.0, 5: 60.0}
+    busy = VerifyCost({1: 60.0}, profile)
+    assert busy(0) == pytest.approx(56.0) and busy(2) == 60.0 and busy(3) == 80.0 and busy(5) == 120.0
+    assert busy.longest_priced(10) == 5 and busy.longest_priced(4) == 4  # the whole profile, within γ_max
+    cost = VerifyCost({1: 60.0, 3: 70.0}, profile)
+    assert cost(2) == 60.0 and cost(4) == 70.0 and cost(5) == pytest.approx(105.0)  # from the nearest shorter measured
+    assert cost(7) == 70.0 and cost.longest_priced(10) == 5  # past the profile: the nearest shorter measured, one beyond
+    assert VerifyCost({1: 60.0, 6: 90.0}, profile).longest_priced(10) == 7
+
+
+def test_with_the_machine_profile_the_online_policy_takes_the_staircase_best_gamma_without_climbing_to_it():
+    """The staircase of the test above, known from the profile: once a step has shown the acceptance, the policy
+    goes to the γ that the profile prices best, skipping the one between, and never tries the slow kernel; without the
+    profile it climbs one γ at a time."""
+    def verify_ms(g):
+        return 29.0 if g <= 1 else 39.0 if g <= 3 else 62.0
+
+    def run(policy):
+        chosen = []
+        for step in range(20):
+            gamma = policy.choose(DRAFTER, []).gamma
+            chosen.append(gamma)
+            accepted = gamma if step % 2 == 0 else min(gamma, 1)  # every other step is rejected after one token
+            policy.observe(Outcome(gamma, accepted, 2.0 * gamma, verify_ms(gamma), accepted + 1,
+                                   verify_ms(gamma) + 2.0 * gamma, None, "d"))
+        return chosen, policy
+    chosen, policy = run(OnlinePolicy(gamma=1, profile={g: verify_ms(g) - 1.0 for g in range(11)}))
+    assert chosen[:2] == [1, 3] and set(chosen) == {1, 3}  # γ 2 costs as much as 3; from γ 4 on a step costs 62 ms
+    b_p = policy.choose(DRAFTER, []).why()["b_p_ms"]
+    assert set(b_p) == {str(g) for g in range(11)} and b_p["0"] == 29.0 and b_p["4"] == pytest.approx(39.0 * 61.0 / 38.0)
+    assert run(OnlinePolicy(gamma=1))[0][:2] == [1, 2]
+
+
 def test_online_policy_picks_zero_then_probes():
     policy = OnlinePolicy(gamma=4, probe=3)
     for _ in range(10):

@@ -74,10 +74,14 @@ class LengthPolicy:
     def __init__(self, gamma: int = 4):
         self.gamma = gamma
 
+    prices_verify = False
+    """Whether it prices the target's verify per γ: the run then hands it the target's verify profile."""
+
     @classmethod
-    def from_gamma(cls, gamma: int, estimates: object | None = None) -> LengthPolicy:
+    def from_gamma(cls, gamma: int, estimates: object | None = None, profile: dict[int, float] | None = None) -> LengthPolicy:
         """The registry's protocol: a policy from the run's γ setting and the run's shared estimates of each drafter
-        (``specviz.methods.estimation.Estimates``, for a policy that reads them; None: its own if it needs any)."""
+        (``specviz.methods.estimation.Estimates``, for a policy that reads them; None: its own if it needs any, shaped by
+        the target's verify ``profile``, γ → ms measured at load)."""
         return cls(gamma)
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specviz.core.formulas import censored_acceptance, expected_tokens
 from specviz.core.policy import Outcome
@@ -64,26 +64,33 @@ class History:
         steps = self.drafted()
         return sum(s.draft_ms for s in steps) / sum(s.drafted for s in steps) if steps else None
 
-    def verify_model(self) -> VerifyCost | None:
+    def verify_model(self, profile: dict[int, float] | None = None) -> VerifyCost | None:
         """b_p(γ): each γ ever verified (γ = 0: a plain step) at the mean of its own last ``h`` verify times, kept
         apart from the window of ``h`` steps, so that a run of steps at one γ does not forget what a longer or a plain
-        step costs; None before any step."""
+        step costs, the others after the machine's ``profile``; None before any step."""
         measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(self.costs.items()) if ms}
-        return VerifyCost(measured) if measured else None
+        return VerifyCost(measured, profile or {}) if measured else None
 
 
 class Estimates:
     """A run's estimates: one :class:`History` per drafter and one of the target's verify cost, shared by the γ policy
     and the draft selector, so that both read the same acceptance and costs of a drafter. The acceptance is the
     censored MLE shrunk towards the drafter's prior (the acceptance predicted from its prompt, from ``priors``; else
-    ``prior``; None: the plain MLE) by ``prior_weight`` pseudo-observations. Whoever builds the estimates files the steps into them
-    (:meth:`file`): the selector under draft selection, else the policy."""
+    ``prior``; None: the plain MLE) by ``prior_weight`` pseudo-observations. ``profile``: the target's verify time per γ
+    measured at load (``specviz.models.backends.cpu.verify_profile``; empty: none), the shape of :class:`VerifyCost`.
+    Whoever builds the estimates files the steps into them (:meth:`file`): the selector under draft selection, else the
+    policy."""
 
     def __init__(self, h: int = 20, acc_max: float = 0.95, priors: dict[str, float] | None = None,
-                 prior: float | None = 0.5, prior_weight: float = 1.0):
+                 prior: float | None = 0.5, prior_weight: float = 1.0, profile: dict[int, float] | None = None):
         self.histories: dict[str, History] = defaultdict(lambda: History(h, acc_max))
         self.verify = History(h, acc_max)
         self.acc_max, self.priors, self.prior, self.prior_weight = acc_max, priors or {}, prior, prior_weight
+        self.profile = profile or {}
+
+    def verify_cost(self) -> VerifyCost | None:
+        """The target's verify cost b_p(γ) as measured in this run so far, shaped by the profile (None before any step)."""
+        return self.verify.verify_model(self.profile)
 
     def prior_of(self, name: str) -> float | None:
         return self.priors.get(name, self.prior)
@@ -103,27 +110,36 @@ class Estimates:
 @dataclass(frozen=True)
 class VerifyCost:
     """Target milliseconds per step: for a verify of γ drafted tokens the ``measured`` mean at that γ (γ = 0: a plain
-    step). An unmeasured γ costs what the nearest shorter measured one costs, else the nearest longer one.
+    step). An unmeasured γ costs the nearest measured one's time (the nearest shorter, else the nearest longer) times
+    the ratio of their times in the machine's ``profile`` (γ → ms measured at load, where it has both); without them,
+    the nearest one's time itself.
 
     Not the paper's line in γ: on a CPU the matrix kernel changes with the number of rows (the offline target verifies
     a few drafted tokens about as cheaply as a plain step, a few more at half as much again), and a line through such a
-    staircase prices the γ past a step as dear as the next one and never tries it. Cost never falls with γ, so the
-    nearest shorter cost is a lower bound: an optimistic price, which gets tried once and measured. A policy reads it
-    up to :meth:`longest_priced` only, so that it learns one γ at a time."""
+    staircase prices the γ past a step as dear as the next one and never tries it. The profile gives the staircase's
+    shape before the run has taken each γ, and the run's own measurements its scale (a busy machine is slower at every
+    γ). Without a profile (a GPU, whose cost rises smoothly), cost never falls with γ, so the nearest shorter cost is a
+    lower bound: an optimistic price, which gets tried once and measured. A policy reads it up to
+    :meth:`longest_priced` only, so that it learns one γ at a time beyond what the profile covers."""
 
     measured: dict[int, float]
+    profile: dict[int, float] = field(default_factory=dict)
 
     def __call__(self, gamma: int) -> float:
         if gamma in self.measured:
             return self.measured[gamma]
-        below = [c for g, c in sorted(self.measured.items()) if g < gamma]
-        return below[-1] if below else min(c for g, c in self.measured.items() if g > gamma)
+        below = [g for g in sorted(self.measured) if g < gamma]
+        near = below[-1] if below else min(g for g in self.measured if g > gamma)
+        if gamma in self.profile and near in self.profile:
+            return self.measured[near] * self.profile[gamma] / self.profile[near]
+        return self.measured[near]
 
     def longest_priced(self, gamma_max: int) -> int:
-        """The longest γ worth pricing: one beyond the longest measured, within ``gamma_max``. Priced optimistically
-        past all it has measured, a policy free to pick any γ would jump to the longest and walk back down one slow
-        verify per γ; one γ at a time, each longer draft is tried once before the next is priced."""
-        return min(gamma_max, max(self.measured, default=0) + 1)
+        """The longest γ worth pricing, within ``gamma_max``: every γ of the profile, and one beyond the longest
+        measured. Priced optimistically past all it has measured, a policy free to pick any γ would jump to the longest
+        and walk back down one slow verify per γ; one γ at a time, each longer draft is tried once before the next is
+        priced."""
+        return min(gamma_max, max(max(self.measured, default=0) + 1, max(self.profile, default=0)))
 
 
 class ProbeSchedule:

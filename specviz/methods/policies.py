@@ -79,7 +79,7 @@ class ConfidencePolicy(LengthPolicy):
         self.threshold = threshold
 
     @classmethod
-    def from_gamma(cls, gamma: int, estimates: object | None = None) -> ConfidencePolicy:
+    def from_gamma(cls, gamma: int, estimates: object | None = None, profile: dict[int, float] | None = None) -> ConfidencePolicy:
         """Its γ is a maximum, γ_max, whatever the run's γ: the confidence stop decides the length."""
         return cls()
 
@@ -108,22 +108,24 @@ class OnlinePolicy(LengthPolicy):
     the run's shared :class:`Estimates` (draft selection), it reads those, filed by the selector."""
 
     name = "online"
+    prices_verify = True
 
     def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA, h: int = 20, acc_max: float = 0.95, probe: int = 2,
-                 prior: float = 0.5, prior_weight: float = 1.0, estimates: Estimates | None = None):
+                 prior: float = 0.5, prior_weight: float = 1.0, estimates: Estimates | None = None,
+                 profile: dict[int, float] | None = None):
         super().__init__(gamma)
         self.gamma_max = max(gamma_max, gamma)  # a tree's budget may pass γ's range
         self.files = estimates is None  # shared estimates are filed by the selector that built them
-        self.estimates = estimates or Estimates(h, acc_max, prior=prior, prior_weight=prior_weight)
+        self.estimates = estimates or Estimates(h, acc_max, prior=prior, prior_weight=prior_weight, profile=profile)
         self.probes = ProbeSchedule(probe)
 
     @classmethod
-    def from_gamma(cls, gamma: int, estimates: object | None = None) -> OnlinePolicy:
-        return cls(gamma, estimates=estimates)
+    def from_gamma(cls, gamma: int, estimates: object | None = None, profile: dict[int, float] | None = None) -> OnlinePolicy:
+        return cls(gamma, estimates=estimates, profile=profile)
 
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         hist = self.estimates.histories[drafter.name]
-        acc, a_q, b_p = self.estimates.acceptance(drafter.name), hist.draft_ms_per_token(), self.estimates.verify.verify_model()
+        acc, a_q, b_p = self.estimates.acceptance(drafter.name), hist.draft_ms_per_token(), self.estimates.verify_cost()
         if acc is None or a_q is None or b_p is None:
             return Choice(self.gamma, partial(dict, policy=self.name, gamma=self.gamma, reason="no history yet: initial γ"))
         rates = predicted_rates(acc, a_q, b_p, b_p.longest_priced(self.gamma_max), depth=hist.depth_of)
@@ -178,7 +180,7 @@ class RLPolicy(LengthPolicy):
         self.state = outcome.accepted == outcome.drafted
 
 
-def make_policy(name: str, gamma: int, estimates: Estimates | None = None) -> LengthPolicy:
+def make_policy(name: str, gamma: int, estimates: Estimates | None = None, profile: dict[int, float] | None = None) -> LengthPolicy:
     """The registered γ policy ``name`` with initial (or fixed) γ ``gamma``, reading the run's shared ``estimates`` if it
-    reads any."""
-    return GAMMA_POLICIES[name].from_gamma(gamma, estimates)
+    reads any, or else its own shaped by the target's verify ``profile``."""
+    return GAMMA_POLICIES[name].from_gamma(gamma, estimates, profile)

@@ -53,8 +53,9 @@ class OnlineSelector(FirstDraft):
     name = "online-select"
 
     def __init__(self, h: int = 20, acc_max: float = 0.95, explore: int = 1, gamma_max: int = MAX_GAMMA,
-                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2):
-        self.estimates = Estimates(h, acc_max, priors, prior=None, prior_weight=prior_weight)
+                 priors: dict[str, float] | None = None, prior_weight: float = 2.0, probe: int = 2,
+                 profile: dict[int, float] | None = None):
+        self.estimates = Estimates(h, acc_max, priors, prior=None, prior_weight=prior_weight, profile=profile)
         self.explore, self.gamma_max = explore, gamma_max
         self.probes = ProbeSchedule(probe)
 
@@ -63,7 +64,7 @@ class OnlineSelector(FirstDraft):
 
     def predicted(self, drafter: Drafter) -> float | None:
         est = self.estimates
-        acc, a_q, b_p = est.acceptance(drafter.name), est.histories[drafter.name].draft_ms_per_token(), est.verify.verify_model()
+        acc, a_q, b_p = est.acceptance(drafter.name), est.histories[drafter.name].draft_ms_per_token(), est.verify_cost()
         if acc is None or a_q is None or b_p is None:
             return None
         return max(predicted_rates(acc, a_q, b_p, b_p.longest_priced(self.gamma_max), 1).values())
@@ -71,7 +72,7 @@ class OnlineSelector(FirstDraft):
     def could_win(self, drafter: Drafter, best_measured: float | None) -> bool:
         """Whether a drafter with no steps yet, at its prior acceptance and no draft cost, would reach
         ``best_measured``, the best predicted rate of the drafters that have drafted (None: nothing measured yet)."""
-        b_p = self.estimates.verify.verify_model()
+        b_p = self.estimates.verify_cost()
         if best_measured is None or b_p is None:
             return True
         acc = self.estimates.priors.get(drafter.name, self.estimates.acc_max)
@@ -96,7 +97,7 @@ class OnlineSelector(FirstDraft):
         fresh.sort(key=lambda d: -self.estimates.priors.get(d.name, 0.0))  # predicted-best first
         if fresh:
             return pick(fresh[0], "exploring: too little history")
-        b_p = self.estimates.verify.verify_model()
+        b_p = self.estimates.verify_cost()
         if b_p is None:
             return pick(None, "no drafter to explore: a plain step")
         scores = {d.name: self.predicted(d) or 0.0 for d in drafters}

@@ -15,9 +15,9 @@ from specviz.core.cache import CachedModel
 from specviz.core.drafters import SINGLE_PATH, Drafter
 from specviz.core.engine import decode
 from specviz.core.errors import ConfigError
-from specviz.core.policy import FirstDraft
+from specviz.core.policy import MAX_GAMMA, FirstDraft
 from specviz.core.record import StepEvent
-from specviz.core.registry import ACCEPT_RULES, DRAFTERS
+from specviz.core.registry import ACCEPT_RULES, DRAFTERS, GAMMA_POLICIES
 from specviz.core.sampling import Sampler
 from specviz.core.tree import MAX_TREE_NODES, TreeShape
 from specviz.methods.chain import build_chain
@@ -25,6 +25,7 @@ from specviz.methods.policies import make_policy
 from specviz.methods.predictor import AcceptancePredictor
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
+from specviz.models.backends.cpu import verify_profile
 from specviz.models.loaded import LoadedModel
 from specviz.models.loading import check_shared_vocab, describe_run_machine, shared_vocab_size
 from specviz.models.presets import Preset, check_access, resolve_draft, resolve_preset
@@ -105,10 +106,14 @@ class PreparedRun:
     def events(self, record: bool = True) -> Iterator[StepEvent]:
         """The decode's steps; without ``record`` they leave out what only the views read (see ``decode``)."""
         gamma = self.config.tree_nodes or self.config.gamma  # a tree's node budget: validate() refuses another --gamma with it
-        selector, length = FirstDraft(), make_policy(self.config.gamma_policy, gamma)
-        if len(self.drafters) > 1:  # the selector's estimates are the policies' too
+        selecting = len(self.drafters) > 1
+        prices = selecting or GAMMA_POLICIES[self.config.gamma_policy].prices_verify
+        profile = verify_profile(self.target, MAX_GAMMA) if prices and self.drafters else {}
+        selector, length = FirstDraft(), make_policy(self.config.gamma_policy, gamma, profile=profile)
+        if selecting:  # the selector's estimates are the policies' too
             predictor = AcceptancePredictor.load()
-            selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None)
+            selector = OnlineSelector(priors=predictor.priors(self.drafters, self.prompt_ids) if predictor else None,
+                                      profile=profile)
             length = PerDrafterPolicy(partial(make_policy, self.config.gamma_policy, gamma, selector.estimates))
         return decode(self.target, self.prompt_ids, drafters=self.drafters, rule=self.rule,
                       policy=length, selector=selector, sampler=self.sampler,

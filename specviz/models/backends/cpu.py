@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from specviz.core.cache import CachedModel
 from specviz.models.paths import cache_dir
 
 KERNELS = ("narrow", "packed", "default")
@@ -155,15 +156,12 @@ def tuned_plan(model: torch.nn.Module, reps: int = 5) -> tuple[str, ...]:
     ``F.linear``, the median of ``reps`` interleaved repetitions. Remembered per model shape, CPU, thread count and torch
     version, so the timing runs once per machine. The model is left packed, with no particular plan: give it the one
     returned (``pack_linears``)."""
+    return tuple(remembered("cpu_kernels.json", f"{model_shape(model)} | {machine_key()}", lambda: _time_kernels(model, reps)))
+
+
+def _time_kernels(model: torch.nn.Module, reps: int) -> list[str]:
     from transformers import DynamicCache
 
-    memo = cache_dir() / "cpu_kernels.json"
-    table = json.loads(memo.read_text()) if memo.exists() else {}
-    c = model.config  # the timings depend on the shapes, so models of one shape share a plan, wherever they load from
-    shape = f"{c.model_type} {c.hidden_size}x{c.num_hidden_layers} ffn {c.intermediate_size} vocab {c.vocab_size}"
-    key = f"{shape} | {cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__}"
-    if key in table:
-        return tuple(table[key])
     plan = list(SHIPPED_PLAN)
     pack_linears(model, tuple(plan))
     generator = torch.Generator().manual_seed(0)
@@ -182,20 +180,72 @@ def tuned_plan(model: torch.nn.Module, reps: int = 5) -> tuple[str, ...]:
                     seconds[kernel].append(time.perf_counter() - start)
                 cache.crop(-rows)
         plan[i] = fastest_exact(seconds, {k: (logits[k] - logits["default"]).abs().max().item() for k in seconds})
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    table[key] = plan
-    memo.write_text(json.dumps(table, indent=1))
-    return tuple(plan)
+    return plan
+
+
+def remembered(file: str, key: str, measure: Callable[[], object]) -> object:
+    """What ``measure()`` returns, kept in the cache directory's JSON ``file`` under ``key``: measured once per key."""
+    memo = cache_dir() / file
+    table = json.loads(memo.read_text()) if memo.exists() else {}
+    if key not in table:
+        table[key] = measure()
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.write_text(json.dumps(table, indent=1))
+    return table[key]
+
+
+def model_shape(model: torch.nn.Module) -> str:
+    """The shapes a model's timings depend on: models of one shape time alike, wherever they load from."""
+    c = model.config
+    return f"{c.model_type} {c.hidden_size}x{c.num_hidden_layers} ffn {c.intermediate_size} vocab {c.vocab_size}"
+
+
+def machine_key() -> str:
+    """The CPU, thread count and torch version: what a timing on this machine depends on beyond the model."""
+    return f"{cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__}"
+
+
+PROFILE_CONTEXT = 64
+"""The committed tokens before the drafts in :func:`verify_profile`'s forwards."""
+
+
+@torch.inference_mode()
+def verify_profile(target: CachedModel, longest: int, reps: int = 5) -> dict[int, float]:
+    """Milliseconds of the CPU ``target``'s verify of γ drafted tokens (γ + 1 rows fed after a 64-token context) for γ =
+    0..``longest``, each the fastest of ``reps`` interleaved repetitions after a warm-up (a busy moment only adds); none
+    on another device. It is the shape of the cost in γ, a staircase on a CPU where the kernel changes with the row count
+    (``results/linear_kernels.md``), which the online γ policy reads before it has measured each γ itself. Remembered per
+    model shape, dtype, storage, kernel plan and machine, so it runs once per machine. The target's cache is left empty."""
+    model = target.lm.model
+    if target.lm.device.type != "cpu":
+        return {}
+    key = (f"{model_shape(model)} {model.dtype} {type(target.storage).__name__} | kernels {kernel_plan(model)} | "
+           f"{machine_key()} | γ 0..{longest}")
+
+    def measure() -> dict[int, float]:
+        context = [1 + i % (target.vocab_size - 1) for i in range(PROFILE_CONTEXT + longest + 1)]
+        seconds: dict[int, list[float]] = {gamma: [] for gamma in range(longest + 1)}
+        target.forward(context[:PROFILE_CONTEXT])
+        for rep in range(reps + 1):  # the first repetition warms up
+            for gamma in seconds:
+                start = time.perf_counter()
+                target.forward(context[:PROFILE_CONTEXT + gamma + 1], keep=gamma + 1)
+                if rep:
+                    seconds[gamma].append(time.perf_counter() - start)
+                target.rollback(PROFILE_CONTEXT)
+        target.rollback(0)
+        return {gamma: 1e3 * min(s) for gamma, s in seconds.items()}
+    return {int(gamma): ms for gamma, ms in remembered("verify_profile.json", key, measure).items()}
 
 
 def fastest_cpu_dtype(path: str, model: torch.nn.Module) -> torch.dtype:
     """Time what decoding does (a 64-token prefill, a 1-token and a 5-token cached forward) in fp32 (with
     packed linears) and bf16 and remember the faster per model: on CPUs without native bf16 matmuls, bf16
     wins single-token steps but loses multi-token ones badly."""
-    memo = cache_dir() / "cpu_dtype_packed.json"
-    table = json.loads(memo.read_text()) if memo.exists() else {}
-    if path in table:
-        return getattr(torch, table[path])
+    return getattr(torch, remembered("cpu_dtype_packed.json", path, lambda: _faster_dtype(model)))
+
+
+def _faster_dtype(model: torch.nn.Module) -> str:
     from transformers import DynamicCache
 
     timings = {}
@@ -216,11 +266,7 @@ def fastest_cpu_dtype(path: str, model: torch.nn.Module) -> torch.dtype:
                 best = min(best, time.perf_counter() - start)
         timings[str(dtype).removeprefix("torch.")] = best
         unpack_linears(model)
-    winner = min(timings, key=timings.get)
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    table[path] = winner
-    memo.write_text(json.dumps(table, indent=1))
-    return getattr(torch, winner)
+    return min(timings, key=timings.get)
 
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
