@@ -512,8 +512,11 @@ def near_copy(lm, scale=0.05):
     return near
 
 
-@pytest.mark.parametrize("make", ["model", "model on transformers' cache", "head", "polybasic chain"])
-def test_unrecorded_greedy_drafts_stay_on_the_device_until_the_steps_one_read(tiny_target, tiny_draft, host_reads, make):
+@pytest.mark.parametrize(("make", "shape"), [(make, SINGLE_PATH) for make in ("model", "model on transformers' cache", "head",
+                                                                            "polybasic chain")]
+                         + [(make, TreeShape(2, "static")) for make in ("model", "model on transformers' cache", "head")])
+def test_unrecorded_greedy_drafts_stay_on_the_device_until_the_steps_one_read(tiny_target, tiny_draft, host_reads, make, shape):
+    """A single path or a static tree (whose shape no draw key decides; a polybasic chain drafts single paths)."""
     target = cached_model(tiny_target, taps=(0, 1) if make == "head" else ())
     drafter = {"model": lambda: ModelDrafter(cached_model(near_copy(tiny_target))),
                "model on transformers' cache": lambda: ModelDrafter(CachedModel(near_copy(tiny_target))),
@@ -521,13 +524,14 @@ def test_unrecorded_greedy_drafts_stay_on_the_device_until_the_steps_one_read(ti
                "polybasic chain": lambda: build_chain(ModelDrafter(cached_model(tiny_draft)), [cached_model(tiny_draft)], 2),
                }[make]()
     reads, events = [], []
-    for event in decode(target, PROMPTS[1], drafters=[drafter], policy=FixedPolicy(4), max_new_tokens=30, record=False):
+    for event in decode(target, PROMPTS[1], drafters=[drafter], policy=FixedPolicy(4), max_new_tokens=30, record=False,
+                        tree=shape):
         reads.append(host_reads[0])  # made while computing this step (the first: the prefill's too)
         host_reads[0] = 0
         events.append(event)
     assert emitted(events) == reference(tiny_target, PROMPTS[1], 30)
     assert all(type(t) is int for e in events for t in e.draft_ids + e.emitted_ids)
-    if make.startswith("model"):  # drafts kept and drafts rejected: the caches reuse what the read settled
+    if make.startswith("model") and shape == SINGLE_PATH:  # drafts kept and rejected: the caches reuse what the read settled
         assert any(0 < e.accepted < e.drafted for e in events) and any(e.accepted == e.drafted for e in events)
     if make != "polybasic chain":  # whose levels verify, and read, inside the draft
         assert reads == [1] * len(events)

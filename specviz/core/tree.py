@@ -16,9 +16,10 @@ Gumbel maximum is independent of its argmax), so the output is distributed exact
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
 each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` single paths from the root.
 
-A greedy single path that nothing records is drawn without reading the device: each node's id is a
-:class:`DeviceToken`, the argmax left where it was computed, fed to the next draft forward and to the target's verify
-as it is; the verification's one read settles every id of the step (:func:`settle`).
+A greedy single path or static tree that nothing records is drawn without reading the device: each node's id is a
+:class:`DeviceToken`, the argmax (or the root's top-k) left where it was computed, fed to the next draft forward and to
+the target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A dynamic tree
+reads each level's draw keys, since they choose which nodes grow.
 
 Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
 :func:`descend` (the walk every verification takes) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
@@ -180,10 +181,12 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
     """A tree of ``shape`` with at most ``nodes`` nodes, at most ``depth`` deep, drawn from the draft's distributions
     (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
     for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
-    children. Greedy drafts of one child per node computed without ``keep_q`` take no softmax over the vocabulary; if
-    ``finite`` (every row the expander returns holds a token), their ids stay on the device (:class:`DeviceToken`)."""
-    need_q = keep_q or not sampler.greedy or stop is not None or (shape.kind == "dynamic" and shape.branch > 1)
-    unread = finite and not need_q and shape.branch == 1
+    children. Greedy single paths and static trees computed without ``keep_q`` take no softmax over the vocabulary; if
+    ``finite`` (every row the expander returns holds a token), their ids stay on the device (:class:`DeviceToken`). A
+    greedy dynamic tree reads each level's draw keys to choose the next frontier."""
+    static = shape.kind == "static"
+    need_q = keep_q or not sampler.greedy or stop is not None or (not static and shape.branch > 1)
+    unread = finite and not need_q and (static or shape.branch == 1)  # no draw key is read: the shape is known ahead
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
@@ -195,7 +198,8 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
         if stop is not None and stop(q):
             return []
         if token is None and unread:
-            drawn, key, stages = [DeviceToken(logits.argmax())], [0.0], None
+            top = logits.argmax()[None] if k == 1 else logits.topk(min(k, logits.shape[-1])).indices
+            drawn, key, stages = [DeviceToken(t) for t in top], [0.0] * len(top), None
         elif token is None:
             drawn, key, stages = children(logits, q, k, sampler)
         else:
@@ -214,7 +218,6 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
             return [(None, None if out.q is None else out.q[j], token) for j, token in enumerate(out.ids)]
         return [(row, None, None) for row in out]
 
-    static = shape.kind == "static"
     width = min(shape.branch, nodes)
     level = add(-1, *rows(expand([], [], []))[0], width)
     for _ in range(depth - 1):
