@@ -408,6 +408,37 @@ def test_selector_takes_plain_steps_when_no_drafter_pays_and_probes():
     assert picks[3].why()["reason"].startswith("probe") and picks[-1].why()["pred_tok_s"]["plain"] == pytest.approx(25.0)
 
 
+def test_the_selector_prices_a_plain_step_from_the_profile_before_taking_one():
+    """Before any plain step the selector prices one at the shortest verify measured (an upper bound); with the
+    target's profile, at that verify times the profile's ratio, so it goes plain where drafting does not pay."""
+    a = named("a")
+    priced = {}
+    for profile in (None, {0: 20.0, 1: 22.0, 2: 23.0, 3: 40.0}):
+        sel = OnlineSelector(priors={"a": 0.15}, prior_weight=2.0, probe=64, profile=profile)
+        sel.observe(event(3, 0, draft_ms=1.0, verify_ms=40.0, drafter="a"))  # acceptance (0 + 0.3) / (1 + 2) = 0.1
+        pick = sel.choose([a], [])
+        priced[profile is None] = pick.drafter is None, pick.why()["pred_tok_s"]["plain"]
+    assert priced[True] == (False, pytest.approx(25.0))  # plain at 40 ms; γ 1 at 1.1 tokens per 41 ms: 26.8 tok/s
+    assert priced[False] == (True, pytest.approx(50.0))  # plain at 40 · 20 / 40 ms; γ 1 at 1.1 per 1 + 40 · 22 / 40 ms: 47.8
+
+
+def test_a_prepared_online_run_reads_the_targets_verify_profile(bank, monkeypatch, tmp_path):
+    """Through prepare: the run measures the target's verify profile once (remembered in the cache directory) and its
+    online policy prices every γ of it from the first drafted step on, not one γ beyond the longest verified."""
+    from specviz.models.backends import cpu
+    from specviz.runtime.config import DecodeConfig
+    from specviz.runtime.prepare import prepare
+
+    monkeypatch.setattr(cpu, "cache_dir", lambda: tmp_path)
+    run = prepare(DecodeConfig(gamma=1, max_new_tokens=12), "Count from one to ten.", bank)
+    events = list(run.events())
+    assert (tmp_path / "verify_profile.json").exists()
+    priced = [e.why["policy"]["b_p_ms"] for e in events if "b_p_ms" in e.why["policy"]]
+    assert priced and all(set(b_p) == {str(g) for g in range(11)} for b_p in priced)
+    fixed = prepare(DecodeConfig(gamma=1, gamma_policy="fixed", max_new_tokens=12), "Count from one to ten.", bank)
+    assert [t for e in fixed.events() for t in e.emitted_ids] == [t for e in events for t in e.emitted_ids]
+
+
 @pytest.mark.parametrize("name", sorted(GAMMA_POLICIES))
 def test_every_policy_is_lossless(tiny_target, name):
     prompt = PROMPTS[1]
