@@ -512,6 +512,24 @@ def near_copy(lm, scale=0.05):
     return near
 
 
+@pytest.mark.parametrize("shape", [SINGLE_PATH, TreeShape(2, "static"), TreeShape(2, "dynamic")], ids=lambda s: s.kind)
+def test_a_greedy_step_that_records_nothing_computes_no_softmax_over_the_vocabulary(tiny_target, monkeypatch, shape):
+    """Every shape, a dynamic tree's draw keys included: q and p are computed only where a step records them."""
+    calls = []
+    probs = Sampler.probs
+    monkeypatch.setattr(Sampler, "probs", lambda self, logits: calls.append(logits.shape) or probs(self, logits))
+    drafter = ModelDrafter(cached_model(near_copy(tiny_target)))
+
+    def run(record):
+        calls.clear()
+        events = list(decode(cached_model(tiny_target), PROMPTS[1], drafters=[drafter], policy=FixedPolicy(4), max_new_tokens=24,
+                             record=record, tree=shape))
+        return emitted(events), [e.draft_ids for e in events], len(calls)
+    lean, full = run(False), run(True)
+    assert lean[2] == 0 and full[2] > 0
+    assert lean[:2] == full[:2] and lean[0] == reference(tiny_target, PROMPTS[1], 24)  # the same trees either way
+
+
 @pytest.mark.parametrize(("make", "shape"), [(make, SINGLE_PATH) for make in ("model", "model on transformers' cache", "head",
                                                                             "polybasic chain")]
                          + [(make, TreeShape(2, "static")) for make in ("model", "model on transformers' cache", "head")])

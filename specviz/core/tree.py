@@ -157,7 +157,12 @@ def children(logits: torch.Tensor | None, q: torch.Tensor | None, k: int, sample
     rank = (logits if logits is not None else q) if sampler.greedy else _gumbel_top(q, sampler)
     floor = -torch.inf if rank is logits else 0.0  # what a token nothing can draw scores
     top = rank.topk(min(k, rank.shape[-1]))
-    keys = top.values.log() if not sampler.greedy else q[top.indices].log() if q is not None else torch.zeros_like(top.values)
+    if not sampler.greedy:
+        keys = top.values.log()
+    elif rank is logits:  # log q of the drawn tokens, q being the plain softmax a greedy run's q is, without computing q
+        keys = top.values.float() - logits.float().logsumexp(-1)
+    else:
+        keys = q[top.indices].log() if q is not None else torch.zeros_like(top.values)
     ids, valid, keys = torch.stack([top.indices.double(), (top.values > floor).double(), keys.double()]).tolist()
     n = int(sum(valid))  # the valid tokens come first: they score above the floor
     ids, keys = [int(t) for t in ids[:n]], keys[:n]
@@ -181,11 +186,12 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
     """A tree of ``shape`` with at most ``nodes`` nodes, at most ``depth`` deep, drawn from the draft's distributions
     (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
     for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
-    children. Greedy single paths and static trees computed without ``keep_q`` take no softmax over the vocabulary; if
-    ``finite`` (every row the expander returns holds a token), their ids stay on the device (:class:`DeviceToken`). A
-    greedy dynamic tree reads each level's draw keys to choose the next frontier."""
+    children. Greedy drafts computed without ``keep_q`` take no softmax over the vocabulary (a dynamic tree's draw keys
+    are the drawn logits less their log-sum-exp). If ``finite`` (every row the expander returns holds a token), the ids
+    of a greedy single path or static tree stay on the device (:class:`DeviceToken`); a greedy dynamic tree reads each
+    level's draw keys to choose the next frontier."""
     static = shape.kind == "static"
-    need_q = keep_q or not sampler.greedy or stop is not None or (not static and shape.branch > 1)
+    need_q = keep_q or not sampler.greedy or stop is not None
     unread = finite and not need_q and (static or shape.branch == 1)  # no draw key is read: the shape is known ahead
     ids: list[int] = []
     parents: list[int] = []
