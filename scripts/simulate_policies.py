@@ -16,8 +16,8 @@ Written to ``--out`` as a JSON list, one object per prompt (the draft is the bun
 ``--configs policies`` benchmark CSV, default ``results/policies.csv``: per-step verify and draft milliseconds of the
 fixed-γ rows, plain steps from the AR row), and writes to ``--out`` a report of each policy's tokens per second
 relative to the best fixed γ, per prompt (median) and summed. The adaptive policies get the cost model's verify times as
-the target's verify profile, as a run measures it at load on a CPU (one row goes without it, as on a GPU). The replay isolates the policy's decisions from the machine's timing
-noise; the benchmark remains the measurement.
+the target's verify profile, as a run measures it at load on a CPU (one row goes without it, as on a GPU). The replay
+isolates the policy's decisions from the machine's timing noise; the benchmark remains the measurement.
 """
 
 from __future__ import annotations
