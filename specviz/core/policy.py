@@ -70,12 +70,11 @@ class LengthPolicy:
     ``observe``); a subclass registers in :data:`~specviz.core.registry.GAMMA_POLICIES` under its ``name``."""
 
     name = "length"
+    prices_verify = False
+    """Whether it prices the target's verify per γ: the run then hands it the target's verify profile."""
 
     def __init__(self, gamma: int = 4):
         self.gamma = gamma
-
-    prices_verify = False
-    """Whether it prices the target's verify per γ: the run then hands it the target's verify profile."""
 
     @classmethod
     def from_gamma(cls, gamma: int, estimates: object | None = None, profile: dict[int, float] | None = None) -> LengthPolicy:
