@@ -188,7 +188,7 @@ def test_with_draft_selection_the_policys_and_the_selectors_reasons_stay_apart(t
 
     events = list(decode(cached_model(tiny_target), PROMPTS[1], drafters=[ModelDrafter(cached_model(tiny_draft)), NGramDrafter()],
                          policy=PerDrafterPolicy(OnlinePolicy), selector=OnlineSelector(), max_new_tokens=40))
-    policy_reasons = {"no history yet: initial γ", "argmax of predicted tokens/s", "probe: γ* = 0 for a while"}
+    policy_reasons = {"no history yet: initial γ", "argmax of predicted tokens/s", "probe: γ* = 0 for a while, the best drafting γ"}
     for e in events:
         policy, selector = e.why["policy"], e.why["selector"]
         assert selector["selector"] == "online-select" and selector["drafter"] == (e.drafter if policy else None)

@@ -205,6 +205,18 @@ def test_online_policy_picks_zero_then_probes():
     assert "pred_tok_s" in policy.choose(DRAFTER, []).why()
 
 
+def test_online_policy_probes_at_the_drafting_gamma_it_predicts_fastest():
+    # stock kernels' staircase: a verify of 1 or 2 drafts costs more than one of 3 or 4 (the profile measured at load)
+    profile = {0: 50.0, 1: 87.0, 2: 112.0, 3: 76.0, 4: 70.0, 5: 77.0}
+    policy = OnlinePolicy(gamma=3, probe=2, profile=profile)
+    policy.observe(event(0, 0, verify_ms=50.0, drafter="target"))
+    policy.observe(event(3, 0, draft_ms=6.0, verify_ms=76.0))  # an unlucky first draft: nothing kept
+    choices = [policy.choose(DRAFTER, []) for _ in range(2)]
+    assert [c.gamma for c in choices] == [0, 4] and choices[1].why()["reason"].startswith("probe")
+    rates = choices[1].why()["pred_tok_s"]
+    assert max((g for g in rates if g != "0"), key=rates.get) == "4" and rates["1"] < rates["4"] < rates["0"]
+
+
 def test_online_policy_goes_long_one_gamma_at_a_time_when_acceptance_is_high():
     policy = OnlinePolicy(gamma=2)
     choice = policy.choose(DRAFTER, [])

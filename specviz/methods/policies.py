@@ -97,8 +97,9 @@ class OnlinePolicy(LengthPolicy):
     model (a_q per draft token; b_p(γ) measured per γ, see :class:`~specviz.methods.estimation.VerifyCost`) and the
     γ ∈ 0..γ_max maximising predicted tokens per second, up to one γ beyond the longest verified; γ = 0 is a
     plain target step, priced at the shortest verify measured until one is taken (an upper bound: no step is spent
-    only to time it, and a plain step is taken where drafting loses even against that). While γ* = 0 it probes γ = 1 on a
-    :class:`ProbeSchedule` (first after ``probe`` steps) so the estimate can recover. With token trees γ is the
+    only to time it, and a plain step is taken where drafting loses even against that). While γ* = 0 it probes on a :class:`ProbeSchedule`
+    (first after ``probe`` steps) so the estimate can recover, at the drafting γ it predicts fastest: where the verify
+    cost is a staircase a longer probe can cost less than γ = 1, and each one says more about the acceptance. With token trees γ is the
     node budget: the verify cost is measured per fed length as for chains, and the acceptance is per depth, a budget's
     expected tokens those of the depth it reaches (:meth:`History.depth_of`).
 
@@ -134,7 +135,7 @@ class OnlinePolicy(LengthPolicy):
         if best > 0:
             self.probes.drafting()
         elif self.probes.plain():
-            best, reason = 1, "probe: γ* = 0 for a while"
+            best, reason = max((g for g in rates if g > 0), key=rates.get), "probe: γ* = 0 for a while, the best drafting γ"
         mle, naive = hist.acceptance(), hist.naive_acceptance()  # of this step's window: the history moves on after it
         return Choice(best, lambda: {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": mle, "acc_naive": naive,
                                      "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
