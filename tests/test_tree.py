@@ -553,3 +553,25 @@ def test_unrecorded_greedy_drafts_stay_on_the_device_until_the_steps_one_read(ti
         assert any(0 < e.accepted < e.drafted for e in events) and any(e.accepted == e.drafted for e in events)
     if make != "polybasic chain":  # whose levels verify, and read, inside the draft
         assert reads == [1] * len(events)
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["unrecorded", "recorded"])
+def test_a_dynamic_tree_reads_the_device_once_per_level_whatever_its_branching(tiny_target, host_reads, monkeypatch, record):
+    """Its draw keys choose the next frontier, so each level is read, once for all its nodes; the verify reads once more."""
+    from specviz.core import tree as tree_module
+
+    levels, children = [0], tree_module.children
+    monkeypatch.setattr(tree_module, "children", lambda *a: levels.__setitem__(0, levels[0] + 1) or children(*a))
+    drafter = ModelDrafter(cached_model(near_copy(tiny_target)))
+    reads, per_step, events = [], [], []
+    for event in decode(cached_model(tiny_target), PROMPTS[1], drafters=[drafter], policy=FixedPolicy(10), max_new_tokens=30,
+                        record=record, tree=TreeShape(3, "dynamic")):
+        reads.append(host_reads[0])
+        per_step.append(levels[0])
+        host_reads[0] = levels[0] = 0
+        events.append(event)
+    assert emitted(events) == reference(tiny_target, PROMPTS[1], 30)
+    assert any(max(depths(e.tree.parents)) >= 2 and len(e.draft_ids) > 3 for e in events)  # branched and deep
+    if not record:  # a recorded step reads its p and q for the view besides
+        assert reads[1:] == [n + 1 for n in per_step[1:]]
+    assert all(n <= max(depths(e.tree.parents)) + 1 for n, e in zip(per_step, events))  # a call per level grown, not per node

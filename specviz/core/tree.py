@@ -19,7 +19,7 @@ each ``branch`` children, and keep the budget's best nodes. Static trees are ``b
 A greedy single path or static tree that nothing records is drawn without reading the device: each node's id is a
 :class:`DeviceToken`, the argmax (or the root's top-k) left where it was computed, fed to the next draft forward and to
 the target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A dynamic tree
-reads each level's draw keys, since they choose which nodes grow.
+reads each level's draw keys, since they choose which nodes grow: one read per level, for all its nodes.
 
 Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
 :func:`descend` (the walk every verification takes) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
@@ -149,29 +149,38 @@ def ancestry(parents: list[int]) -> torch.Tensor:
 
 
 def children(logits: torch.Tensor | None, q: torch.Tensor | None, k: int, sampler: Sampler
-             ) -> tuple[list[int], list[float], torch.Tensor | None]:
-    """Up to ``k`` distinct tokens drawn without replacement from the draft's distribution after a node: the top-k of
-    its ``logits`` (or of ``q``) when greedy, Gumbel-top-k of ``q`` otherwise. Their ids, their draw keys (log q, plus the
-    Gumbel noise when sampling; decreasing; 0 without q) and the distribution each was drawn from (q without the tokens
-    drawn before it, renormalised; None without q). One read from the device."""
+             ) -> list[tuple[list[int], list[float], torch.Tensor | None]]:
+    """For each row (a node or the root), up to ``k`` distinct tokens drawn without replacement from the draft's
+    distribution after it: the top-k of its ``logits`` (or of ``q``; (rows, vocab) either) when greedy, Gumbel-top-k of
+    ``q`` otherwise. Per row: their ids, their draw keys (log q, plus the Gumbel noise when sampling; decreasing; 0
+    without q) and the distribution each was drawn from (q without the tokens drawn before it, renormalised; None without
+    q). One read from the device for all the rows."""
     rank = (logits if logits is not None else q) if sampler.greedy else _gumbel_top(q, sampler)
     floor = -torch.inf if rank is logits else 0.0  # what a token nothing can draw scores
     top = rank.topk(min(k, rank.shape[-1]))
     if not sampler.greedy:
         keys = top.values.log()
     elif rank is logits:  # log q of the drawn tokens, q being the plain softmax a greedy run's q is, without computing q
-        keys = top.values.float() - logits.float().logsumexp(-1)
+        keys = top.values.float() - logits.float().logsumexp(-1, keepdim=True)
     else:
-        keys = q[top.indices].log() if q is not None else torch.zeros_like(top.values)
-    ids, valid, keys = torch.stack([top.indices.double(), (top.values > floor).double(), keys.double()]).tolist()
-    n = int(sum(valid))  # the valid tokens come first: they score above the floor
-    ids, keys = [int(t) for t in ids[:n]], keys[:n]
-    if q is None or n <= 1:
-        return ids, keys, None if q is None else q[None].float()
-    stages = q.float().expand(n, -1).clone()
-    for j in range(1, n):
+        keys = q.gather(-1, top.indices).log() if q is not None else torch.zeros_like(top.values)
+    drawn = []
+    for r, (ids, valid, row_keys) in enumerate(zip(*torch.stack([top.indices.double(), (top.values > floor).double(),
+                                                                  keys.double()]).tolist())):
+        n = int(sum(valid))  # the valid tokens come first: they score above the floor
+        ids = [int(t) for t in ids[:n]]
+        drawn.append((ids, row_keys[:n], None if q is None else _stages(q[r], ids)))
+    return drawn
+
+
+def _stages(q: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """The distribution each of ``ids`` was drawn from, in turn: ``q`` without the tokens drawn before it, renormalised."""
+    if len(ids) <= 1:
+        return q[None].float()
+    stages = q.float().expand(len(ids), -1).clone()
+    for j in range(1, len(ids)):
         stages[j:, ids[j - 1]] = 0
-    return ids, keys, stages / stages.sum(-1, keepdim=True)
+    return stages / stages.sum(-1, keepdim=True)
 
 
 def _gumbel_top(q: torch.Tensor, sampler: Sampler) -> torch.Tensor:
@@ -188,8 +197,8 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
     for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
     children. Greedy drafts computed without ``keep_q`` take no softmax over the vocabulary (a dynamic tree's draw keys
     are the drawn logits less their log-sum-exp). If ``finite`` (every row the expander returns holds a token), the ids
-    of a greedy single path or static tree stay on the device (:class:`DeviceToken`); a greedy dynamic tree reads each
-    level's draw keys to choose the next frontier."""
+    of a greedy single path or static tree stay on the device (:class:`DeviceToken`); any other tree reads each level's
+    draws once, a dynamic tree to choose the next frontier."""
     static = shape.kind == "static"
     need_q = keep_q or not sampler.greedy or stop is not None
     unread = finite and not need_q and (static or shape.branch == 1)  # no draw key is read: the shape is known ahead
@@ -198,34 +207,46 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
     qs: list[torch.Tensor | None] = []
 
-    def add(parent: int, logits: torch.Tensor | None, q: torch.Tensor | None, token: int | None, k: int) -> list[int]:
+    def draws(out: torch.Tensor | Drawn, k: int) -> list[tuple[list[int], list[float], torch.Tensor | None] | None]:
+        """Each row's children as :func:`children` gives them (None: the stop rule refused the row)."""
+        logits, q = (None, out.q) if isinstance(out, Drawn) else (out, None)
         if q is None and need_q and logits is not None:
             q = sampler.probs(logits)
-        if stop is not None and stop(q):
-            return []
-        if token is None and unread:
-            top = logits.argmax()[None] if k == 1 else logits.topk(min(k, logits.shape[-1])).indices
-            drawn, key, stages = [DeviceToken(t) for t in top], [0.0] * len(top), None
-        elif token is None:
-            drawn, key, stages = children(logits, q, k, sampler)
-        else:
-            drawn, key, stages = [token], [0.0 if q is None else float(q[token].log())], None if q is None else q[None]
-        cap = keys[parent] if parent >= 0 else 0.0
-        for j, (child, x) in enumerate(zip(drawn, key)):
-            cap = min(cap, (keys[parent] if parent >= 0 else 0.0) + x)
-            ids.append(child)
-            parents.append(parent)
-            keys.append(cap)
-            qs.append(None if stages is None else stages[j])
-        return list(range(len(ids) - len(drawn), len(ids)))
-
-    def rows(out: torch.Tensor | Drawn) -> list[tuple[torch.Tensor | None, torch.Tensor | None, int | None]]:
+        rows = len(out.ids) if isinstance(out, Drawn) else len(out)
+        live = [r for r in range(rows) if stop is None or not stop(q[r])]
         if isinstance(out, Drawn):
-            return [(None, None if out.q is None else out.q[j], token) for j, token in enumerate(out.ids)]
-        return [(row, None, None) for row in out]
+            picked = torch.tensor([out.ids[r] for r in live], dtype=torch.long)
+            key = [0.0] * len(live) if q is None else q[live].gather(-1, picked[:, None].to(q.device)).log()[:, 0].tolist()
+            drawn = [([out.ids[r]], [x], None if q is None else q[r][None]) for r, x in zip(live, key)]
+        elif unread:
+            top = logits.argmax(-1)[:, None] if k == 1 else logits.topk(min(k, logits.shape[-1])).indices
+            drawn = [([DeviceToken(t) for t in top[r]], [0.0] * top.shape[1], None) for r in live]
+        elif len(live) == rows:
+            drawn = children(logits, q, k, sampler)
+        else:  # the stop rule refused some rows: draw for the others only
+            drawn = children(logits[live], None if q is None else q[live], k, sampler) if live else []
+        by_row = dict(zip(live, drawn))
+        return [by_row.get(r) for r in range(rows)]
+
+    def add(frontier: list[int], out: torch.Tensor | Drawn, k: int) -> list[int]:
+        """Append the children of each frontier node (−1: the root), in order; their node indices."""
+        new = []
+        for parent, row in zip(frontier, draws(out, k)):
+            if row is None:
+                continue
+            drawn, drawn_keys, stages = row
+            base = cap = keys[parent] if parent >= 0 else 0.0
+            for j, (child, x) in enumerate(zip(drawn, drawn_keys)):
+                cap = min(cap, base + x)
+                new.append(len(ids))
+                ids.append(child)
+                parents.append(parent)
+                keys.append(cap)
+                qs.append(None if stages is None else stages[j])
+        return new
 
     width = min(shape.branch, nodes)
-    level = add(-1, *rows(expand([], [], []))[0], width)
+    level = add([-1], expand([], [], []), width)
     for _ in range(depth - 1):
         if static:
             frontier = level[: nodes - len(ids)]
@@ -235,8 +256,7 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
                 break  # no deeper node could enter the budget's best
         if not frontier:
             break
-        level = [n for node, row in zip(frontier, rows(expand(ids, parents, frontier)))
-                 for n in add(node, *row, 1 if static else shape.branch)]
+        level = add(frontier, expand(ids, parents, frontier), 1 if static else shape.branch)
     keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: nodes])
     index = {old: new for new, old in enumerate(keep)}
     q = torch.stack([qs[n] for n in keep]) if keep and all(qs[n] is not None for n in keep) else None
