@@ -3,6 +3,7 @@ draft cost, the target's verify cost, a probe schedule and the predicted tokens 
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,12 +26,14 @@ class History:
     def __init__(self, h: int = 20, acc_max: float = 0.95):
         self.steps: deque[Outcome] = deque(maxlen=h)
         self.costs: dict[int, deque[float]] = defaultdict(lambda: deque(maxlen=h))  # drafted count → its last h verify times
+        self.recent: deque[tuple[int, float]] = deque(maxlen=h)  # (drafted count, verify ms) of the last h steps
         self.acc_max = acc_max
 
     def add(self, rec: Outcome) -> None:
         if rec.drafted:
             self.steps.append(rec)
         self.costs[rec.drafted].append(rec.verify_ms)
+        self.recent.append((rec.drafted, rec.verify_ms))
 
     def drafted(self) -> list[Outcome]:
         return list(self.steps)
@@ -65,11 +68,13 @@ class History:
         return sum(s.draft_ms for s in steps) / sum(s.drafted for s in steps) if steps else None
 
     def verify_model(self, profile: dict[int, float] | None = None) -> VerifyCost | None:
-        """b_p(γ): each γ ever verified (γ = 0: a plain step) at the mean of its own last ``h`` verify times, kept
-        apart from the window of ``h`` steps, so that a run of steps at one γ does not forget what a longer or a plain
-        step costs, the others after the machine's ``profile``; None before any step."""
+        """b_p(γ): with the machine's ``profile``, its time at γ times the median, over the last ``h`` steps, of each
+        step's verify time over the profile's at that step's γ; else (and past the profile) each γ ever verified (γ = 0:
+        a plain step) at the mean of its own last ``h`` verify times, kept apart from the window of ``h`` steps, so that
+        a run of steps at one γ does not forget what a longer or a plain step costs. None before any step."""
         measured = {gamma: sum(ms) / len(ms) for gamma, ms in sorted(self.costs.items()) if ms}
-        return VerifyCost(measured, profile or {}) if measured else None
+        ratios = [ms / profile[gamma] for gamma, ms in self.recent if profile and profile.get(gamma)]
+        return VerifyCost(measured, profile or {}, statistics.median(ratios) if ratios else None) if measured else None
 
 
 class Estimates:
@@ -109,30 +114,32 @@ class Estimates:
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Target milliseconds per step: for a verify of γ drafted tokens the ``measured`` mean at that γ (γ = 0: a plain
-    step). An unmeasured γ costs the nearest measured one's time (the nearest shorter, else the nearest longer) times
-    the ratio of their times in the machine's ``profile`` (γ → ms measured at load, where it has both); without them,
-    the nearest one's time itself.
+    """Target milliseconds per step for a verify of γ drafted tokens (γ = 0: a plain step). A γ of the machine's
+    ``profile`` (γ → ms measured at load) costs its profile time times ``scale``, the run's measured time over the
+    profile's (a median over recent steps); any other γ its ``measured`` mean, else the nearest measured one's (the
+    nearest shorter, else the nearest longer).
 
     Not the paper's line in γ: on a CPU the matrix kernel changes with the number of rows (the offline target verifies
     a few drafted tokens about as cheaply as a plain step, a few more at half as much again), and a line through such a
     staircase prices the γ past a step as dear as the next one and never tries it. The profile gives the staircase's
-    shape before the run has taken each γ, and the run's own measurements its scale (a busy machine is slower at every
-    γ). Without a profile (a GPU, whose cost rises smoothly), cost never falls with γ, so the nearest shorter cost is a
-    lower bound: an optimistic price, which gets tried once and measured. A policy reads it up to
-    :meth:`longest_priced` only, so that it learns one γ at a time beyond what the profile covers."""
+    shape before the run has taken each γ, and the run its scale: a busy machine is slower at every γ, and one slow step
+    (a busy core's scheduler, not the γ) moves a median of every γ's steps little, where it would price its own γ out
+    of a per-γ mean until that γ is taken again. Without a profile (a GPU, whose cost rises smoothly), cost never falls
+    with γ, so the nearest shorter cost is a lower bound: an optimistic price, which gets tried once and measured. A
+    policy reads it up to :meth:`longest_priced` only, so that it learns one γ at a time beyond what the profile
+    covers."""
 
     measured: dict[int, float]
     profile: dict[int, float] = field(default_factory=dict)
+    scale: float | None = None
 
     def __call__(self, gamma: int) -> float:
+        if self.scale is not None and gamma in self.profile:
+            return self.scale * self.profile[gamma]
         if gamma in self.measured:
             return self.measured[gamma]
         below = [g for g in sorted(self.measured) if g < gamma]
-        near = below[-1] if below else min(g for g in self.measured if g > gamma)
-        if gamma in self.profile and near in self.profile:
-            return self.measured[near] * self.profile[gamma] / self.profile[near]
-        return self.measured[near]
+        return self.measured[below[-1] if below else min(g for g in self.measured if g > gamma)]
 
     def longest_priced(self, gamma_max: int) -> int:
         """The longest γ worth pricing, within ``gamma_max``: every γ of the profile, and one beyond the longest
