@@ -19,7 +19,8 @@ ENV: dict[str, EnvVar] = {
     "SPECVIZ_PRESET": EnvVar("`default_preset()`", "the preset the app opens with and loads first"),
     "SPECVIZ_DECODE_CONCURRENCY": EnvVar("1", "decodes that may run at once across all of the app's users"),
     "SPECVIZ_TORCH_THREADS": EnvVar("torch's own", "`torch.set_num_threads` before `app.py` serves"),
-    "SPECVIZ_CACHE": EnvVar("~/.cache/specviz", "where converted models and measured kernel and dtype choices are kept"),
+    "SPECVIZ_CACHE": EnvVar("~/.cache/specviz", "where converted models and the machine's measured kernel plans, dtype choices "
+                            "and verify profiles are kept (delete a file to time it again)"),
     "PORT": EnvVar("7860", "the app's port (as Spaces and most hosts set it)"),
     "GRADIO_SERVER_PORT": EnvVar("7860", "the app's port where `PORT` is unset"),
     "SPACES_ZERO_GPU": EnvVar("unset", "set by a ZeroGPU Space: the GPU preset is the default, each decode is a GPU call "
