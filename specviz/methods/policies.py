@@ -94,14 +94,14 @@ class ConfidencePolicy(LengthPolicy):
 @GAMMA_POLICIES.register("The paper's online window optimisation: γ maximising predicted tokens/s (0: a plain step).", ("gamma",))
 class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
-    model (a_q per draft token; b_p(γ) measured per γ, see :class:`~specviz.methods.estimation.VerifyCost`) and the
-    γ ∈ 0..γ_max maximising predicted tokens per second, up to one γ beyond the longest verified; γ = 0 is a
-    plain target step, priced at the shortest verify measured until one is taken (an upper bound: no step is spent
-    only to time it, and a plain step is taken where drafting loses even against that). While γ* = 0 it probes on a :class:`ProbeSchedule`
-    (first after ``probe`` steps) so the estimate can recover, at the drafting γ it predicts fastest: where the verify
-    cost is a staircase a longer probe can cost less than γ = 1, and each one says more about the acceptance. With token trees γ is the
-    node budget: the verify cost is measured per fed length as for chains, and the acceptance is per depth, a budget's
-    expected tokens those of the depth it reaches (:meth:`History.depth_of`).
+    model (a_q per draft token; b_p(γ) from the machine's verify profile scaled by the run, else measured per γ, see
+    :class:`~specviz.methods.estimation.VerifyCost`) and the γ ∈ 0..γ_max maximising predicted tokens per second; γ = 0
+    is a plain target step (without a profile priced at the shortest verify measured until one is taken: no step is
+    spent only to time it). While γ* = 0 it probes on a :class:`ProbeSchedule` (first after ``probe`` steps) so the
+    estimate can recover, at the drafting γ it predicts fastest: where the verify cost is a staircase a longer probe can
+    cost less than γ = 1, and each one says more about the acceptance. With token trees γ is the node budget: the
+    verify cost is measured per fed length as for chains, and the acceptance is per depth, a budget's expected tokens
+    those of the depth it reaches (:meth:`History.depth_of`).
 
     The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
     censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
