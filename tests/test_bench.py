@@ -44,6 +44,7 @@ def test_summary_table_aggregates_each_configuration_by_hand():
     ar, sd, hf = summary_table(ROWS, ["ar", "sd", "hf"])
     assert [r["config"] for r in (ar, sd, hf)] == ["ar", "sd", "hf"]
     assert sd["tok/s (median)"] == 36.0 and sd["speedup vs ar (median)"] == 1.5
+    assert sd["tok/s (total)"] == pytest.approx(3 * 32 / 3.0)  # every prompt's tokens over every prompt's wall time
     assert sd["mean accepted len"] == pytest.approx(3.0) and sd["accept rate"] == pytest.approx(0.5)
     # position i averages the runs that drafted that deep: (0.8 + 1.0 + 0.6) / 3, (0.6 + 0.2) / 2, 0.4 / 1
     assert sd["per-position accept"] == "0.80 0.40 0.40"
@@ -62,6 +63,13 @@ def test_summary_table_of_untimed_rows_without_acceptance():
     assert hf["same tokens as AR"] == "2/3"
 
 
+def test_the_total_rate_weighs_each_prompt_by_its_time_where_the_median_does_not():
+    rows = [{**bench_row("x", f"p{i}", 32 / wall, 1.0), "wall_s": wall} for i, wall in enumerate((1.0, 1.0, 6.0))]
+    (x,) = summary_table(rows, ["x"])
+    assert x["tok/s (median)"] == pytest.approx(32.0)
+    assert x["tok/s (total)"] == pytest.approx(96 / 8.0)  # the slow prompt's 6 s count in full
+
+
 def test_summary_table_skips_only_the_nan_rows_when_averaging_acceptance():
     rows = [bench_row("x", "p1", 10.0, 1.0, 2.0, 0.4, ms=(1, 1, 1)), bench_row("x", "p2", 10.0, 1.0, ms=(1, 1, 1)),
             bench_row("x", "p3", 10.0, 1.0, 4.0, 0.6, ms=(1, 1, 1))]
@@ -78,8 +86,8 @@ def test_markdown_renders_a_pipe_table():
 def test_markdown_of_a_summary_table_has_one_line_per_configuration():
     lines = markdown(summary_table(ROWS, ["ar", "sd", "hf"])).splitlines()
     assert len(lines) == 2 + 3
-    assert all(line.count("|") == 10 for line in lines)  # nine columns
-    assert lines[3].startswith("| sd | 36.00 | 1.50 | 3.00 | 0.50 | 0.80 0.40 0.40 | 24/60/16 | 20.00 | 2/3 |")
+    assert all(line.count("|") == 11 for line in lines)  # ten columns
+    assert lines[3].startswith("| sd | 36.00 | 32.00 | 1.50 | 3.00 | 0.50 | 0.80 0.40 0.40 | 24/60/16 | 20.00 | 2/3 |")
     assert "| nan |" in lines[4] and "| n/a |" in lines[4]
 
 

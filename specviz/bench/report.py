@@ -116,6 +116,7 @@ def summary_table(rows: list[dict], labels: list[str]) -> list[dict]:
         out.append({
             "config": label,
             "tok/s (median)": statistics.median(r["tokens_per_s"] for r in rs),
+            "tok/s (total)": sum(r["new_tokens"] for r in rs) / sum(r["wall_s"] for r in rs),
             f"speedup vs {labels[0]} (median)": statistics.median(r["speedup"] for r in rs),
             "mean accepted len": statistics.mean(r["mean_accept_len"] for r in drafted) if drafted else float("nan"),
             "accept rate": statistics.mean(r["accept_rate"] for r in drafted) if drafted else float("nan"),
@@ -166,7 +167,9 @@ def write_results(rows: list[dict], configs: list[BenchConfig], out: Path, max_n
              f"Machine: {machine or platform.machine()}. Greedy, {max_new_tokens} new tokens, "
              f"{len(rows) // len(labels)} prompts, configurations interleaved per prompt (rotated order) after a warm-up"
              + (f"; each row is the fastest of {repeats} interleaved rounds." if repeats > 1 else "."),
-             "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt).", "",
+             "Speedup = median over prompts of (tok/s of the row) / (tok/s of AR on the same prompt); tok/s (total) = "
+             "every prompt's new tokens over every prompt's wall time, which one noisy prompt moves less than a median of "
+             "few prompts can.", "",
              "## Overall", "", markdown(summary_table(rows, labels)), ""]
     if peers := peer_table(rows, configs):
         parts += ["## Rows against their peers", "",
