@@ -142,7 +142,7 @@ CONSTANTS = [
     Constant("docs/methods.md", r"last h = (\d+) steps", lambda: (_default(_policies().OnlinePolicy, "h"),)),
     Constant("docs/methods.md", r"capped at (0\.\d+)", lambda: (_default(_policies().OnlinePolicy, "acc_max"),)),
     Constant("docs/methods.md", r"pseudo-observation at (0\.\d+)", lambda: (_default(_policies().OnlinePolicy, "prior"),)),
-    Constant("docs/methods.md", r"top probability falls below (0\.\d+)", lambda: (_default(_policies().ConfidencePolicy, "threshold"),)),
+    Constant("docs/methods.md", r"draft probability falls below (0\.\d+)", lambda: (_default(_policies().ConfidencePolicy, "threshold"),)),
     Constant("docs/methods.md", r"three depths \(layers (\d+), (\d+) and (\d+)",
              lambda: tuple(json.loads((ROOT / "assets/models/smollm2-head/specviz.json").read_text())["taps"])),
     Constant("docs/methods.md", r"shrunk towards a\s+prior by (\w+) pseudo-observations",

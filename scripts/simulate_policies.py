@@ -104,10 +104,10 @@ def verify_ms(cost: dict, gamma: int) -> float:
     return cost["verify"].get(gamma, intercept + slope * gamma)
 
 
-def drafted(stop, gamma: int, top_q: list[float]) -> tuple[int, int]:
-    """Drafts kept and drafts computed: a stop rule sees each draft's top probability only after computing it."""
-    kept = gamma if stop is None else next((k for k in range(gamma) if stop(torch.tensor([top_q[k]]))), gamma)
-    return kept, min(gamma, kept + 1)
+def drafted(stop, gamma: int, top_q: list[float]) -> int:
+    """Drafts computed: a stop rule reads each drafted token's probability (a greedy draft's top one) as it is drawn and
+    may end the draft after it."""
+    return gamma if stop is None else next((k + 1 for k in range(gamma) if stop(top_q[: k + 1])), gamma)
 
 
 def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int, float, int]:
@@ -118,16 +118,17 @@ def replay(policy, row: dict, cost: dict, noise: float, seed: int) -> tuple[int,
     pos, ms, steps = 0, 0.0, 0
     while pos < len(answer):
         choice = policy.choose(head, answer[:pos])
-        gamma, computed = drafted(choice.stop, choice.gamma, row["top_q"][pos]) if choice.gamma else (0, 0)
+        gamma = drafted(choice.stop, choice.gamma, row["top_q"][pos]) if choice.gamma else 0
         jitter = 1 + noise * float(torch.randn(1, generator=rng))
-        draft = (cost["draft"][0] + cost["draft"][1] * computed) * jitter if computed else 0.0
+        draft = (cost["draft"][0] + cost["draft"][1] * gamma) * jitter if gamma else 0.0
         if gamma == 0:
             verify, accepted = cost["plain"] * jitter, 0
         else:
             verify = verify_ms(cost, gamma) * jitter
             accepted = min(gamma, lengths[pos])
         emitted = min(accepted + 1, len(answer) - pos)
-        policy.observe(Outcome(gamma, accepted, draft, verify, emitted, draft + verify, None, "head"))
+        confidence = tuple(row["top_q"][pos][:gamma]) if choice.stop else ()  # what the stop rule read
+        policy.observe(Outcome(gamma, accepted, draft, verify, emitted, draft + verify, None, "head", confidence))
         pos, ms, steps = pos + emitted, ms + draft + verify, steps + 1
     return pos, ms, steps
 
@@ -164,6 +165,7 @@ def main_replay(out: Path, matches: Path = MATCHES, costs: Path = COSTS, noise: 
     makers = {f"fixed γ={g}": (lambda row, g=g: GAMMA_POLICIES["fixed"](g)) for g in range(1, 9)}
     profile = {0: cost["plain"]} | {g: verify_ms(cost, g) for g in range(1, MAX_GAMMA + 1)}  # what a run measures at load
     makers |= {name: (lambda row, name=name: make_policy(name, start, profile=profile)) for name in ("fsm", "hf-heuristic", "online")}
+    makers["online, the paper's (no calibrated stop)"] = lambda row: OnlinePolicy(start, profile=profile, calibrated_stop=False)
     makers["online without a profile (as on a GPU)"] = lambda row: OnlinePolicy(start)
     makers |= {f"online h={h}": (lambda row, h=h: OnlinePolicy(start, h=h, profile=profile)) for h in (5, 10, 40)}
     makers |= {f"online prior 0.5 ×{w}": (lambda row, w=w: OnlinePolicy(start, prior_weight=w, profile=profile))

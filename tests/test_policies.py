@@ -1,5 +1,6 @@
 """Length policies and the draft selector: estimators, argmax, transitions, γ = 0, and losslessness."""
 
+import math
 import random
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ from specviz.core.engine import decode
 from specviz.core.formulas import expected_tokens
 from specviz.core.policy import Outcome
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.estimation import History, ProbeSchedule, VerifyCost, predicted_rates
+from specviz.methods.estimation import Calibration, History, ProbeSchedule, VerifyCost, continuation, predicted_rates
 from specviz.methods.policies import ConfidencePolicy, FSMPolicy, HFHeuristicPolicy, OnlinePolicy, make_policy
 from specviz.methods.selection import OnlineSelector, PerDrafterPolicy
 from specviz.models.backends import cached_model
@@ -144,7 +145,7 @@ def test_the_online_policy_learns_a_kernel_staircase_one_gamma_at_a_time():
     walk back down through every slow one."""
     def verify_ms(g):
         return 29.0 if g <= 1 else 39.0 if g <= 3 else 62.0
-    policy, chosen = OnlinePolicy(gamma=1), []
+    policy, chosen = OnlinePolicy(calibrated_stop=False, gamma=1), []
     for step in range(30):
         gamma = policy.choose(DRAFTER, []).gamma
         chosen.append(gamma)
@@ -206,16 +207,16 @@ def test_with_the_machine_profile_the_online_policy_takes_the_staircase_best_gam
                                    verify_ms(gamma) + 2.0 * gamma, None, "d"))
         return chosen, policy
     profile = {g: verify_ms(g) - 1.0 for g in range(11)}
-    chosen, policy = run(OnlinePolicy(gamma=1, profile=profile))
+    chosen, policy = run(OnlinePolicy(calibrated_stop=False, gamma=1, profile=profile))
     assert chosen[:2] == [1, 3] and set(chosen) == {1, 3}  # γ 2 costs as much as 3; from γ 4 on a step costs 62 ms
     b_p = policy.choose(DRAFTER, []).why()["b_p_ms"]
     scales = {round(b_p[str(g)] / profile[g], 9) for g in range(11)}  # every γ priced at one scale of the profile
     assert set(b_p) == {str(g) for g in range(11)} and len(scales) == 1 and 39.0 / 38.0 - 1e-6 <= scales.pop() <= 29.0 / 28.0
-    assert run(OnlinePolicy(gamma=1))[0][:2] == [1, 2]
+    assert run(OnlinePolicy(calibrated_stop=False, gamma=1))[0][:2] == [1, 2]
 
 
 def test_online_policy_picks_zero_then_probes():
-    policy = OnlinePolicy(gamma=4, probe=3)
+    policy = OnlinePolicy(calibrated_stop=False, gamma=4, probe=3)
     for _ in range(10):
         policy.observe(event(4, 0, draft_ms=30.0))
     choices = []
@@ -229,7 +230,7 @@ def test_online_policy_picks_zero_then_probes():
 def test_online_policy_probes_at_the_drafting_gamma_it_predicts_fastest():
     # stock kernels' staircase: a verify of 1 or 2 drafts costs more than one of 3 or 4 (the profile measured at load)
     profile = {0: 50.0, 1: 87.0, 2: 112.0, 3: 76.0, 4: 70.0, 5: 77.0}
-    policy = OnlinePolicy(gamma=3, probe=2, profile=profile)
+    policy = OnlinePolicy(calibrated_stop=False, gamma=3, probe=2, profile=profile)
     policy.observe(event(0, 0, verify_ms=50.0, drafter="target"))
     policy.observe(event(3, 0, draft_ms=6.0, verify_ms=76.0))  # an unlucky first draft: nothing kept
     choices = [policy.choose(DRAFTER, []) for _ in range(2)]
@@ -239,7 +240,7 @@ def test_online_policy_probes_at_the_drafting_gamma_it_predicts_fastest():
 
 
 def test_online_policy_goes_long_one_gamma_at_a_time_when_acceptance_is_high():
-    policy = OnlinePolicy(gamma=2)
+    policy = OnlinePolicy(calibrated_stop=False, gamma=2)
     choice = policy.choose(DRAFTER, [])
     assert choice.gamma == 2 and "initial" in choice.why()["reason"]
     for _ in range(10):
@@ -257,7 +258,7 @@ def test_online_policy_goes_long_one_gamma_at_a_time_when_acceptance_is_high():
 
 def test_online_policy_takes_a_plain_step_only_where_drafting_loses_even_against_an_upper_bound_of_its_cost():
     def after(accepted: int, plain_ms: float | None = None) -> OnlinePolicy:
-        policy = OnlinePolicy(gamma=4)
+        policy = OnlinePolicy(calibrated_stop=False, gamma=4)
         if plain_ms is not None:
             policy.observe(event(0, 0, verify_ms=plain_ms, drafter="target"))
         for _ in range(10):
@@ -275,7 +276,7 @@ def test_online_policy_takes_a_plain_step_only_where_drafting_loses_even_against
 
 def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_the_pure_mle():
     def after_one_rejection(**kw):
-        policy = OnlinePolicy(gamma=4, **kw)
+        policy = OnlinePolicy(calibrated_stop=False, gamma=4, **kw)
         policy.observe(event(0, 0, verify_ms=49.0, drafter="target"))
         policy.observe(event(4, 0, draft_ms=1.0, verify_ms=58.0))
         return policy
@@ -292,7 +293,7 @@ def test_online_policy_does_not_give_up_on_one_rejected_step_unless_asked_for_th
 
 def test_online_policy_stops_drafting_when_a_verify_costs_more_than_the_accepted_tokens_repay():
     # CPU fp32 shape: a plain step 39 ms, any verify 62 ms; acceptance 0.25 repays 1.33 tokens at best
-    policy = OnlinePolicy(gamma=4, probe=100)
+    policy = OnlinePolicy(calibrated_stop=False, gamma=4, probe=100)
     policy.observe(event(0, 0, verify_ms=39.0, drafter="target"))
     for v in (1, 0, 0, 1, 0, 0, 0, 1):
         policy.observe(event(2, v, draft_ms=1.0, verify_ms=62.0))
@@ -330,11 +331,57 @@ def test_hf_heuristic_schedule():
 
 
 def test_confidence_stop_rule():
-    import torch
-
+    """transformers' rule: stop after the first token whose draft probability is below the threshold (it stays)."""
     p = ConfidencePolicy(threshold=0.4).choose(DRAFTER, [])
-    assert p.gamma == 10 and p.stop(torch.tensor([0.3, 0.3, 0.4 - 1e-3, 0.0]))
-    assert not p.stop(torch.tensor([0.5, 0.5]))
+    assert p.gamma == 10 and p.stop([0.9, 0.4 - 1e-3])
+    assert not p.stop([0.1, 0.5])  # only the token just drawn counts
+
+
+def test_calibration_learns_the_accepted_tokens_and_the_first_rejected_one_only():
+    cal = Calibration(bins=10, weight=2.0)
+    assert cal(0.97) == pytest.approx(0.95) and cal(0.12) == pytest.approx(0.15)  # before any step: the bin's midpoint
+    cal.add(Outcome(4, 1, 4.0, 40.0, 2, 44.0, confidence=(0.97, 0.12, 0.12, 0.97)))
+    assert cal.seen == [0, 1, 0, 0, 0, 0, 0, 0, 0, 1] and cal.accepted[9] == 1 and cal.accepted[1] == 0
+    assert cal(0.97) == pytest.approx((1 + 2 * 0.95) / 3) and cal(0.12) == pytest.approx(2 * 0.15 / 3)
+    cal.add(Outcome(3, 1, 3.0, 40.0, 1, 43.0, confidence=(0.55, 0.55, 0.55)))  # cut short by a stop token after one
+    assert cal.seen[5] == 1 and cal.accepted[5] == 1  # the token after it was never tested
+    cal.add(Outcome(2, 2, 2.0, 40.0, 3, 42.0))  # a step no stop rule read teaches nothing
+    assert sum(cal.seen) == 3
+
+
+def test_the_calibrated_stop_drafts_on_while_a_longer_draft_is_worth_its_time():
+    """A draft of g tokens is worth E[tokens] − rate·(g·a_q + b_p(g)); the rule stops where no longer draft is worth more."""
+    b_p = VerifyCost({0: 30.0, 1: 31.0, 2: 38.0, 3: 39.0, 4: 60.0})
+    cal, acc, rate = Calibration(), 0.6, 0.05
+    stop = continuation(cal, acc, 1.0, b_p, rate, 4)
+
+    def brute(path):
+        reaches = [cal(c) for c in path] + [acc] * (4 - len(path))
+        worth = [1 + sum(math.prod(reaches[:j]) for j in range(1, g + 1)) - rate * (g + b_p(g)) for g in range(5)]
+        return max(worth[len(path) + 1:]) <= worth[len(path)]
+
+    for path in ([0.97], [0.05], [0.97, 0.97], [0.97, 0.5], [0.5], [0.8, 0.9, 0.99], [0.3, 0.99]):
+        assert stop(path) == brute(path), path
+    assert not stop([0.97]) and stop([0.05])  # a confident token is worth the step up to 3 rows; a doubtful one is not
+
+
+def test_online_policy_with_the_calibrated_stop_drafts_up_to_its_longest_priced_gamma_on_single_paths_only():
+    profile = {0: 30.0, 1: 31.0, 2: 38.0, 3: 39.0, 4: 60.0}
+    policy = OnlinePolicy(gamma=1, profile=profile)
+    for v in (1, 0, 1, 1):
+        policy.observe(event(1, v, verify_ms=31.0))
+    choice = policy.choose(DRAFTER, [])
+    why = choice.why()
+    assert choice.stop is not None and choice.gamma == 4 == why["gamma"] and why["stop"] == "calibrated"
+    assert str(why["gamma_star"]) == max(why["pred_tok_s"], key=why["pred_tok_s"].get)  # the window's γ*, reported apart
+    tree = OnlinePolicy(gamma=4, profile=profile)
+    for v in (1, 0, 1, 1):
+        tree.observe(Outcome(4, v, 4.0, 40.0, v + 1, 44.0, depth=2))  # a branching tree: its budget is not its depth
+    assert tree.choose(DRAFTER, []).stop is None
+    paper = OnlinePolicy(gamma=1, profile=profile, calibrated_stop=False)
+    for v in (1, 0, 1, 1):
+        paper.observe(event(1, v, verify_ms=31.0))
+    assert paper.choose(DRAFTER, []).stop is None and paper.choose(DRAFTER, []).gamma == why["gamma_star"]
 
 
 def test_cache_fsm_jumps_on_a_repeated_suffix():

@@ -182,26 +182,51 @@ def first_token_counts(build, n, seed=0):
     return counts, p1
 
 
-def drafted(kind, nodes=4, branch=3):
+def drafted(kind, nodes=4, branch=3, stop=None):
     def build(q1, q2, sampler):
         expand = lambda ids, parents, new: (q2[[ids[m] for m in new]] if new else q1[None]).log()  # noqa: E731
-        return grow_tree(expand, TreeShape(branch, kind), nodes, 3, sampler)
+        grown = grow_tree(expand, TreeShape(branch, kind), nodes, 3, sampler, stop)
+        return grown.tree, grown.q
     return build
 
 
 @pytest.mark.parametrize("shape", [SINGLE_PATH, TreeShape(3, "dynamic"), TreeShape(3, "static")])
-def test_a_stop_rule_refuses_children_in_every_shape(shape):
-    """The confidence policy's stop rule is the drafter's for chains and trees alike: a node whose distribution it
-    refuses gets no children, and a refused root leaves the draft empty."""
+def test_a_stop_rule_ends_a_path_after_the_token_it_reads_in_every_shape(shape):
+    """The confidence policy's stop rule is the drafter's for chains and trees alike: it reads the draft probabilities of
+    a node's path as the node is drawn, and a node it stops stays in the draft without children."""
     _, q1, _, q2 = synthetic(1)
     expand = lambda ids, parents, new: (q2[[ids[m] for m in new]] if new else q1[None]).log()  # noqa: E731
-    threshold = min(float(q1.max()), float(q2.max(-1).values.median()))
-    stop = lambda q: float(q.max()) < threshold  # noqa: E731
-    free, _ = grow_tree(expand, shape, 12, 6, Sampler())
-    tree, _ = grow_tree(expand, shape, 12, 6, Sampler(), stop)
-    assert tree.ids and tree != free  # a dynamic tree fills its budget with other nodes
-    assert all(not stop(q2[tree.ids[parent]]) for parent in tree.parents if parent >= 0)
-    assert grow_tree(expand, shape, 12, 6, Sampler(), lambda q: True) == (TokenTree([], []), None)
+    threshold = float(q2.max(-1).values.median())
+    seen = []
+
+    def stop(path):
+        seen.append(list(path))
+        return path[-1] < threshold
+
+    free = grow_tree(expand, shape, 12, 6, Sampler())
+    grown = grow_tree(expand, shape, 12, 6, Sampler(), stop)
+    tree = grown.tree
+    assert free.confidence is None and tree.ids and tree != free.tree
+    parent_q = [q1 if parent < 0 else q2[tree.ids[parent]] for parent in tree.parents]
+    assert grown.confidence == pytest.approx([float(q[t]) for q, t in zip(parent_q, tree.ids)])  # each token's own q
+    assert all(grown.confidence[parent] >= threshold for parent in tree.parents if parent >= 0)
+    assert all(path[:-1] in seen or len(path) == 1 for path in seen)  # a path grows by the token just drawn
+    first = grow_tree(expand, shape, 12, 6, Sampler(), lambda path: True).tree  # every first-level node stopped
+    assert first.ids == free.tree.ids[: shape.branch] and first.parents == [-1] * shape.branch
+
+
+@pytest.mark.parametrize("shape", [SINGLE_PATH, TreeShape(3, "dynamic")])
+def test_a_stop_rule_draws_no_more_than_it_keeps(shape):
+    """Stopping reads the token just drawn, so a stopped draft asks the drafter for no forward past its last node."""
+    _, q1, _, q2 = synthetic(1)
+    calls = []
+
+    def expand(ids, parents, new):
+        calls.append(len(new))
+        return (q2[[ids[m] for m in new]] if new else q1[None]).log()
+
+    tree = grow_tree(expand, shape, 12, 6, Sampler(), lambda path: len(path) >= 2).tree
+    assert max(depths(tree.parents)) == 2 and len(calls) == 2  # the root's forward and the first level's
 
 
 def deterministic_top_k(q1, q2, sampler, k=3):
@@ -217,6 +242,15 @@ def deterministic_top_k(q1, q2, sampler, k=3):
 def test_sampled_trees_keep_the_target_distribution(kind):
     n = 6000
     counts, p1 = first_token_counts(drafted(kind), n)
+    assert chi_square_p(counts, n * p1) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["single-path", "dynamic", "static"])
+def test_sampled_drafts_cut_by_a_stop_rule_keep_the_target_distribution(kind):
+    """A stop rule decides from the draft's own draws only, so the output stays the target's."""
+    n = 6000
+    branch = 1 if kind == "single-path" else 3
+    counts, p1 = first_token_counts(drafted(kind, nodes=4, branch=branch, stop=lambda path: path[-1] < 0.3), n)
     assert chi_square_p(counts, n * p1) > 1e-3
 
 

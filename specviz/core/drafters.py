@@ -57,13 +57,15 @@ class LevelWork:
 class Draft:
     """A drafted token tree: its node ids and ``parents`` (a single path's when not given); ``q`` (nodes, vocab) holds the
     distribution each was drawn from (None: a greedy draft nothing records, or a deterministic proposal, read as one-hot
-    at the proposed id); ``levels``: the work of each polybasic level for it, top first (one for a single drafter)."""
+    at the proposed id); ``levels``: the work of each polybasic level for it, top first (one for a single drafter);
+    ``confidence``: the draft probability of each node's token where a stop rule read it (else None)."""
 
     ids: list[int]
     q: torch.Tensor | None
     drafter: str
     levels: list[LevelWork] = field(default_factory=list)
     parents: list[int] = None  # type: ignore[assignment]  # a single path's, filled in below
+    confidence: list[float] | None = None
 
     def __post_init__(self) -> None:
         if self.parents is None:
@@ -118,14 +120,14 @@ class Drafter:
     def draft(self, tokens: list[int], nodes: int, depth: int, shape: TreeShape, sampler: Sampler,
               stop: StopRule | None = None, keep_q: bool = True) -> Draft:
         """The step's draft below ``tokens``: at most ``nodes`` nodes, at most ``depth`` deep, grown as ``shape`` says
-        (:func:`step_size`) from the :meth:`expander`; a node whose distribution ``stop`` refuses gets no children.
+        (:func:`step_size`) from the :meth:`expander`; a node that ``stop`` stops gets no children (:data:`StopRule`).
         Without ``keep_q`` a greedy draft may leave q out (None): nothing reads it where nothing is recorded."""
         if nodes == 0:
             return Draft([], None, self.name)
         started = self._started()
-        tree, q = grow_tree(self.expander(tokens), shape, nodes, depth, sampler, stop, keep_q,
-                            self.finite and self.can_draft(tokens))
-        return Draft(tree.ids, q, self.name, [self._work(*started)], tree.parents)
+        grown = grow_tree(self.expander(tokens), shape, nodes, depth, sampler, stop, keep_q,
+                          self.finite and self.can_draft(tokens))
+        return Draft(grown.tree.ids, grown.q, self.name, [self._work(*started)], grown.tree.parents, grown.confidence)
 
     def expander(self, tokens: list[int]) -> Expander:
         """The draft's logits after the nodes of a tree below ``tokens`` (see :data:`specviz.core.tree.Expander`)."""

@@ -71,7 +71,7 @@ def decode(target: CachedModel, prompt_ids: Sequence[int], *, drafters: Sequence
         committed = watch.mark()
         outcome = Outcome(len(draft.ids), min(verdict.accepted, len(emitted)), 1e3 * watch.seconds(decided, drafted),
                           1e3 * watch.seconds(drafted, checked), len(emitted), 1e3 * watch.seconds(start, committed),
-                          max(depths(draft.parents), default=0), draft.drafter)
+                          max(depths(draft.parents), default=0), draft.drafter, tuple(draft.confidence or ()))
         policy.observe(outcome)
         selector.observe(outcome)
         marks = StepMarks(start, decided, drafted, checked, committed, watch.mark())

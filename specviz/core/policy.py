@@ -30,7 +30,8 @@ Reasons = Callable[[], dict]
 class Outcome:
     """A finished step as the policies see it: tokens (a tree: nodes) drafted and accepted, the time drafting (the
     drafting span alone) and verifying (the forward and the acceptance test) and from the step's start to its commit,
-    tokens emitted, the deepest drafted node (None: as deep as ``drafted``, a single path) and who drafted."""
+    tokens emitted, the deepest drafted node (None: as deep as ``drafted``, a single path), who drafted and, where the
+    policy's stop rule read them, the draft probability of each drafted token."""
 
     drafted: int
     accepted: int
@@ -40,6 +41,7 @@ class Outcome:
     total_ms: float
     depth: int | None = None
     drafter: str = "target"
+    confidence: tuple[float, ...] = ()
 
     @property
     def reach(self) -> int:
@@ -49,8 +51,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Choice:
-    """A policy's answer for one step: how many tokens to draft (a tree: its node budget), why, and the rule that may
-    stop a single path early."""
+    """A policy's answer for one step: how many tokens to draft (a tree: its node budget; with a stop rule, the most),
+    why, and the rule that may stop a path early (:data:`~specviz.core.tree.StopRule`)."""
 
     gamma: int
     why: Reasons

@@ -16,9 +16,9 @@ Gumbel maximum is independent of its argmax), so the output is distributed exact
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
 each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` single paths from the root.
 
-A greedy single path or static tree that nothing records is drawn without reading the device: each node's id is a
-:class:`DeviceToken`, the argmax (or the root's top-k) left where it was computed, fed to the next draft forward and to
-the target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A dynamic tree
+A greedy single path or static tree that nothing records and no stop rule reads is drawn without reading the device:
+each node's id is a :class:`DeviceToken`, the argmax (or the root's top-k) left where it was computed, fed to the next
+draft forward and to the target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A dynamic tree
 reads each level's draw keys, since they choose which nodes grow: one read per level, for all its nodes.
 
 Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
@@ -27,6 +27,7 @@ Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -95,8 +96,10 @@ parents) so far; with ``new`` empty, the logits (1, vocab) after the committed t
 parent. A row of −inf: nothing can follow that node. Every drafter drafts through one (:func:`grow_tree`), which turns
 logits into the draft's q under the run's sampling transform only where q is read."""
 
-StopRule = Callable[[torch.Tensor], bool]
-"""Called with the draft's distribution after a node (or the root); True: that node gets no children."""
+StopRule = Callable[[list[float]], bool]
+"""Called as a node is drawn, with the draft's probability of each token on its path, root down (the node's own last);
+True: the node stays in the draft but gets no children. It reads what drawing the node computed, so stopping costs no
+draft forward; a policy that wants no draft at all asks for γ = 0."""
 
 
 @dataclass(frozen=True)
@@ -190,51 +193,54 @@ def _gumbel_top(q: torch.Tensor, sampler: Sampler) -> torch.Tensor:
     return q.float() / noise.to(q.device)
 
 
+@dataclass(frozen=True)
+class Grown:
+    """What :func:`grow_tree` drew: the tree, each node's distribution (None where nothing reads it) and, where a stop
+    rule read them, the draft probability of each node's token."""
+
+    tree: TokenTree
+    q: torch.Tensor | None
+    confidence: list[float] | None = None
+
+
 def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sampler: Sampler,
-              stop: StopRule | None = None, keep_q: bool = True, finite: bool = False) -> tuple[TokenTree, torch.Tensor | None]:
+              stop: StopRule | None = None, keep_q: bool = True, finite: bool = False) -> Grown:
     """A tree of ``shape`` with at most ``nodes`` nodes, at most ``depth`` deep, drawn from the draft's distributions
-    (:data:`Expander`; a single path is branch 1), and the distribution each node was drawn from (nodes, vocab; None
-    for no node, and without ``keep_q`` where nothing reads it). A node whose distribution ``stop`` refuses gets no
-    children. Greedy drafts computed without ``keep_q`` take no softmax over the vocabulary (a dynamic tree's draw keys
-    are the drawn logits less their log-sum-exp). If ``finite`` (every row the expander returns holds a token), the ids
-    of a greedy single path or static tree stay on the device (:class:`DeviceToken`); any other tree reads each level's
-    draws once, a dynamic tree to choose the next frontier."""
+    (:data:`Expander`; a single path is branch 1), the distribution each node was drawn from (nodes, vocab; None
+    for no node, and without ``keep_q`` where nothing reads it) and, with a ``stop`` rule, the draft probability of each
+    node's token, which the rule read (a node it stops gets no children). Greedy drafts computed without ``keep_q`` take
+    no softmax over the vocabulary (their draw keys, log q, are the drawn logits less their log-sum-exp). If ``finite``
+    (every row the expander returns holds a token) and no rule reads the draws, the ids of a greedy single path or static
+    tree stay on the device (:class:`DeviceToken`); any other tree reads each level's draws once, a dynamic tree to
+    choose the next frontier."""
     static = shape.kind == "static"
-    need_q = keep_q or not sampler.greedy or stop is not None
-    unread = finite and not need_q and (static or shape.branch == 1)  # no draw key is read: the shape is known ahead
+    need_q = keep_q or not sampler.greedy
+    unread = finite and not need_q and stop is None and (static or shape.branch == 1)  # the shape is known ahead
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
     qs: list[torch.Tensor | None] = []
+    paths: list[list[float]] = []  # with a stop rule: the draft probability of each token on a node's path
+    ended: set[int] = set()  # nodes the stop rule gave no children
 
-    def draws(out: torch.Tensor | Drawn, k: int) -> list[tuple[list[int], list[float], torch.Tensor | None] | None]:
-        """Each row's children as :func:`children` gives them (None: the stop rule refused the row)."""
+    def draws(out: torch.Tensor | Drawn, k: int) -> list[tuple[list[int], list[float], torch.Tensor | None]]:
+        """Each row's children as :func:`children` gives them."""
         logits, q = (None, out.q) if isinstance(out, Drawn) else (out, None)
         if q is None and need_q and logits is not None:
             q = sampler.probs(logits)
-        rows = len(out.ids) if isinstance(out, Drawn) else len(out)
-        live = [r for r in range(rows) if stop is None or not stop(q[r])]
         if isinstance(out, Drawn):
-            picked = torch.tensor([out.ids[r] for r in live], dtype=torch.long)
-            key = [0.0] * len(live) if q is None else q[live].gather(-1, picked[:, None].to(q.device)).log()[:, 0].tolist()
-            drawn = [([out.ids[r]], [x], None if q is None else q[r][None]) for r, x in zip(live, key)]
-        elif unread:
+            picked = torch.tensor(out.ids, dtype=torch.long)
+            key = [0.0] * len(out.ids) if q is None else q.gather(-1, picked[:, None].to(q.device)).log()[:, 0].tolist()
+            return [([t], [x], None if q is None else q[r][None]) for r, (t, x) in enumerate(zip(out.ids, key))]
+        if unread:
             top = logits.argmax(-1)[:, None] if k == 1 else logits.topk(min(k, logits.shape[-1])).indices
-            drawn = [([DeviceToken(t) for t in top[r]], [0.0] * top.shape[1], None) for r in live]
-        elif len(live) == rows:
-            drawn = children(logits, q, k, sampler)
-        else:  # the stop rule refused some rows: draw for the others only
-            drawn = children(logits[live], None if q is None else q[live], k, sampler) if live else []
-        by_row = dict(zip(live, drawn))
-        return [by_row.get(r) for r in range(rows)]
+            return [([DeviceToken(t) for t in row], [0.0] * top.shape[1], None) for row in top]
+        return children(logits, q, k, sampler)
 
     def add(frontier: list[int], out: torch.Tensor | Drawn, k: int) -> list[int]:
         """Append the children of each frontier node (−1: the root), in order; their node indices."""
         new = []
-        for parent, row in zip(frontier, draws(out, k)):
-            if row is None:
-                continue
-            drawn, drawn_keys, stages = row
+        for parent, (drawn, drawn_keys, stages) in zip(frontier, draws(out, k)):
             base = cap = keys[parent] if parent >= 0 else 0.0
             for j, (child, x) in enumerate(zip(drawn, drawn_keys)):
                 cap = min(cap, base + x)
@@ -243,24 +249,31 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
                 parents.append(parent)
                 keys.append(cap)
                 qs.append(None if stages is None else stages[j])
+                if stop is not None:  # a greedy key is log q of the token; a sampled one carries noise: read q
+                    paths.append((paths[parent] if parent >= 0 else []) + [
+                        math.exp(x) if sampler.greedy or stages is None else float(stages[0][int(child)])])
+                    if stop(paths[-1]):
+                        ended.add(new[-1])
         return new
 
     width = min(shape.branch, nodes)
     level = add([-1], expand([], [], []), width)
     for _ in range(depth - 1):
+        growing = [n for n in level if n not in ended]
         if static:
-            frontier = level[: nodes - len(ids)]
+            frontier = growing[: nodes - len(ids)]
         else:
-            frontier = sorted(level, key=lambda n: (-keys[n], n))[: shape.branch]
-            if len(ids) >= nodes and sorted(keys, reverse=True)[nodes - 1] >= keys[frontier[0]]:
-                break  # no deeper node could enter the budget's best
+            frontier = sorted(growing, key=lambda n: (-keys[n], n))[: shape.branch]
         if not frontier:
             break
+        if not static and len(ids) >= nodes and sorted(keys, reverse=True)[nodes - 1] >= keys[frontier[0]]:
+            break  # no deeper node could enter the budget's best
         level = add(frontier, expand(ids, parents, frontier), 1 if static else shape.branch)
     keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: nodes])
     index = {old: new for new, old in enumerate(keep)}
     q = torch.stack([qs[n] for n in keep]) if keep and all(qs[n] is not None for n in keep) else None
-    return TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]), q
+    return Grown(TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]), q,
+                 [paths[n][-1] for n in keep] if stop is not None else None)
 
 
 def descend(parents: list[int], test: Callable[[int], bool]) -> tuple[list[int], int, list[bool | None]]:

@@ -48,8 +48,8 @@ class StagedDrafter(Drafter):
             return Draft([], None, self.name)
         mine, *below = self.blank_levels()
         expand = self._expander(tokens, nodes, sampler, stop, keep_q, mine, below)
-        tree, q = grow_tree(expand, shape, nodes, depth, sampler, keep_q=keep_q)
-        return Draft(tree.ids, q, self.name, [mine, *below])
+        grown = grow_tree(expand, shape, nodes, depth, sampler, keep_q=keep_q)
+        return Draft(grown.tree.ids, grown.q, self.name, [mine, *below])
 
     def _expander(self, tokens: list[int], gamma: int, sampler: Sampler, stop: StopRule | None, keep_q: bool,
                   mine: LevelWork, below: list[LevelWork]) -> Expander:

@@ -28,12 +28,18 @@ class History:
         self.costs: dict[int, deque[float]] = defaultdict(lambda: deque(maxlen=h))  # drafted count → its last h verify times
         self.recent: deque[tuple[int, float]] = deque(maxlen=h)  # (drafted count, verify ms) of the last h steps
         self.acc_max = acc_max
+        self.calibration = Calibration()
 
     def add(self, rec: Outcome) -> None:
         if rec.drafted:
             self.steps.append(rec)
+            self.calibration.add(rec)
         self.costs[rec.drafted].append(rec.verify_ms)
         self.recent.append((rec.drafted, rec.verify_ms))
+
+    def single_paths(self) -> bool:
+        """Whether every recent step drafted a single path (a tree's node budget is not its depth)."""
+        return all(s.depth in (None, s.drafted) for s in self.steps)
 
     def drafted(self) -> list[Outcome]:
         return list(self.steps)
@@ -149,6 +155,32 @@ class VerifyCost:
         return min(gamma_max, max(max(self.measured, default=0) + 1, max(self.profile, default=0)))
 
 
+class Calibration:
+    """How often a drafted token whose draft probability fell in each of ``bins`` equal bins was accepted, over the run
+    (a greedy draft's own probability is a good but biased guess of its acceptance: the head's tokens at 0.1–0.2 are
+    accepted about twice that often). Each bin starts from ``weight`` pseudo-observations at its midpoint. A step
+    teaches it its accepted tokens and the first rejected one; the tokens after a rejection were never tested."""
+
+    def __init__(self, bins: int = 10, weight: float = 2.0):
+        self.bins, self.weight = bins, weight
+        self.accepted, self.seen = [0.0] * bins, [0.0] * bins
+
+    def _bin(self, confidence: float) -> int:
+        return min(int(confidence * self.bins), self.bins - 1)
+
+    def __call__(self, confidence: float) -> float:
+        """The acceptance of a drafted token with this draft probability."""
+        b = self._bin(confidence)
+        return (self.accepted[b] + self.weight * (b + 0.5) / self.bins) / (self.seen[b] + self.weight)
+
+    def add(self, rec: Outcome) -> None:
+        rejected = rec.accepted < rec.drafted and rec.emitted == rec.accepted + 1  # not cut short by a stop token
+        for i, confidence in enumerate(rec.confidence[: rec.accepted + rejected]):
+            b = self._bin(confidence)
+            self.accepted[b] += i < rec.accepted
+            self.seen[b] += 1
+
+
 class ProbeSchedule:
     """When to draft anyway after a run of plain steps, so that a stale estimate can recover: after
     ``base`` plain-looking steps in a row, then twice as many after each probe that did not pay, up to
@@ -169,6 +201,29 @@ class ProbeSchedule:
 
     def drafting(self) -> None:
         self.run, self.wait = 0, self.base
+
+
+def continuation(calibration: Calibration, acc: float, a_q: float, b_p: VerifyCost, rate: float, longest: int):
+    """A stop rule for a single path (:data:`~specviz.core.tree.StopRule`): after each drafted token, draft on only if
+    some longer draft is worth more than stopping here, a draft of g tokens being worth E[tokens] − rate · (g·a_q +
+    b_p(g)) with ``rate`` the best predicted tokens per millisecond (the gain in tokens of the time it takes, at the rate
+    the run can reach). The tokens drafted so far count at their calibrated acceptance (:class:`Calibration`), the ones
+    to come at ``acc``."""
+    def worth(gamma: int, tokens: float) -> float:
+        return tokens - rate * (gamma * a_q + b_p(gamma))
+
+    def stop(path: list[float]) -> bool:
+        reach, tokens = 1.0, 1.0
+        for confidence in path:
+            reach *= calibration(confidence)
+            tokens += reach
+        here, best = worth(len(path), tokens), -float("inf")
+        for gamma in range(len(path) + 1, longest + 1):
+            reach *= acc
+            tokens += reach
+            best = max(best, worth(gamma, tokens))
+        return best <= here
+    return stop
 
 
 def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0,

@@ -18,7 +18,7 @@ import torch
 from specviz.core.drafters import Drafter, followers
 from specviz.core.policy import MAX_GAMMA, Choice, LengthPolicy, Outcome
 from specviz.core.registry import GAMMA_POLICIES
-from specviz.methods.estimation import Estimates, ProbeSchedule, predicted_rates
+from specviz.methods.estimation import Estimates, ProbeSchedule, continuation, predicted_rates
 
 
 @GAMMA_POLICIES.register("+1 after a fully accepted step, −1 after a rejection.", ("gamma",))
@@ -67,10 +67,10 @@ class CacheFSMPolicy(FSMPolicy):
         return Choice(gamma, partial(dict, policy=self.name, gamma=gamma, suffix_seen_before=hit))
 
 
-@GAMMA_POLICIES.register("transformers' confidence stop: draft until the draft's top probability < 0.4.")
+@GAMMA_POLICIES.register("transformers' confidence stop: draft until a token's draft probability < 0.4.")
 class ConfidencePolicy(LengthPolicy):
-    """transformers' ``assistant_confidence_threshold``: draft up to γ_max, stop as soon as the draft's
-    own top probability falls below the threshold (default 0.4)."""
+    """transformers' ``assistant_confidence_threshold``: draft up to γ_max, stop after the first token whose draft
+    probability falls below the threshold (default 0.4); that token stays in the draft, as transformers keeps it."""
 
     name = "confidence"
 
@@ -86,12 +86,13 @@ class ConfidencePolicy(LengthPolicy):
     def choose(self, drafter: Drafter, tokens: list[int]) -> Choice:
         return Choice(self.gamma, partial(dict, policy=self.name, gamma_max=self.gamma, threshold=self.threshold), self.stop_rule)
 
-    def stop_rule(self, q) -> bool:
-        """Stop before a token whose draft distribution ``q`` has its top probability below the threshold."""
-        return float(q.max()) < self.threshold
+    def stop_rule(self, path: list[float]) -> bool:
+        """Stop after a token whose draft probability (the last of its ``path``'s) is below the threshold."""
+        return path[-1] < self.threshold
 
 
-@GAMMA_POLICIES.register("The paper's online window optimisation: γ maximising predicted tokens/s (0: a plain step).", ("gamma",))
+@GAMMA_POLICIES.register("The paper's online window optimisation: γ maximising predicted tokens/s (0: a plain step); a single "
+                         "path stops after the token past which drafting on stops paying.", ("gamma",))
 class OnlinePolicy(LengthPolicy):
     """The paper's online window optimisation: censored-MLE acceptance over the last h steps, a latency
     model (a_q per draft token; b_p(γ) from the machine's verify profile scaled by the run, else measured per γ, see
@@ -106,15 +107,22 @@ class OnlinePolicy(LengthPolicy):
     The acceptance estimate adds ``prior_weight`` pseudo-observations at rate ``prior`` to the paper's
     censored MLE: after one fully rejected step the pure MLE is 0 and the policy would stop drafting on a
     single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's. Given
-    the run's shared :class:`Estimates` (draft selection), it reads those, filed by the selector."""
+    the run's shared :class:`Estimates` (draft selection), it reads those, filed by the selector.
+
+    With ``calibrated_stop`` (single paths; off: the paper's policy) γ is the step's most, the longest it prices, and the
+    draft stops after the first token past which no longer draft is worth its time (:func:`continuation`): the tokens
+    drafted so far count at the acceptance their own draft probabilities had in this run (a calibration per drafter,
+    shared with the selector), the ones to come at the window's. A confident draft runs on past γ*, a doubtful one stops
+    short of it, and stopping costs no draft forward: the rule reads the probability of the token just drawn."""
 
     name = "online"
     prices_verify = True
 
     def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA, h: int = 20, acc_max: float = 0.95, probe: int = 2,
                  prior: float = 0.5, prior_weight: float = 1.0, estimates: Estimates | None = None,
-                 profile: dict[int, float] | None = None):
+                 profile: dict[int, float] | None = None, calibrated_stop: bool = True):
         super().__init__(gamma)
+        self.calibrated_stop = calibrated_stop
         self.gamma_max = max(gamma_max, gamma)  # a tree's budget may pass γ's range
         self.files = estimates is None  # shared estimates are filed by the selector that built them
         self.estimates = estimates or Estimates(h, acc_max, prior=prior, prior_weight=prior_weight, profile=profile)
@@ -136,10 +144,15 @@ class OnlinePolicy(LengthPolicy):
             self.probes.drafting()
         elif self.probes.plain():
             best, reason = max((g for g in rates if g > 0), key=rates.get), "probe: γ* = 0 for a while, the best drafting γ"
+        gamma, stop = best, None
+        if best > 0 and self.calibrated_stop and hist.single_paths():
+            gamma = b_p.longest_priced(self.gamma_max)
+            stop = continuation(hist.calibration, acc, a_q, b_p, max(rates.values()) / 1e3, gamma)
         mle, naive = hist.acceptance(), hist.naive_acceptance()  # of this step's window: the history moves on after it
-        return Choice(best, lambda: {"policy": self.name, "gamma": best, "acc": acc, "acc_mle": mle, "acc_naive": naive,
-                                     "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
-                                     "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason})
+        return Choice(gamma, lambda: {"policy": self.name, "gamma": gamma, "gamma_star": best, "acc": acc, "acc_mle": mle,
+                                      "acc_naive": naive, "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
+                                      "pred_tok_s": {str(g): r for g, r in rates.items()}, "reason": reason,
+                                      "stop": "calibrated" if stop else None}, stop)
 
     def observe(self, outcome: Outcome) -> None:
         if self.files:
