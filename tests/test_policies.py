@@ -382,6 +382,7 @@ def test_online_policy_with_the_calibrated_stop_drafts_up_to_its_longest_priced_
     for v in (1, 0, 1, 1):
         paper.observe(event(1, v, verify_ms=31.0))
     assert paper.choose(DRAFTER, []).stop is None and paper.choose(DRAFTER, []).gamma == why["gamma_star"]
+    assert not OnlinePolicy(gamma=1).calibrated_stop  # without a verify profile (a GPU) the draft stays on the device
 
 
 def test_cache_fsm_jumps_on_a_repeated_suffix():

@@ -109,7 +109,9 @@ class OnlinePolicy(LengthPolicy):
     single observation; one pseudo-observation makes it take two or three. ``prior_weight=0`` is the paper's. Given
     the run's shared :class:`Estimates` (draft selection), it reads those, filed by the selector.
 
-    With ``calibrated_stop`` (single paths; off: the paper's policy) γ is the step's most, the longest it prices, and the
+    With ``calibrated_stop`` (single paths; off: the paper's policy; by default on where the run has the machine's verify
+    profile, a CPU, whose draws cost nothing to read: on a GPU each read would wait on the device, and the draft stays
+    there until the step's one read) γ is the step's most, the longest it prices, and the
     draft stops after the first token past which no longer draft is worth its time (:func:`continuation`): the tokens
     drafted so far count at the acceptance their own draft probabilities had in this run (a calibration per drafter,
     shared with the selector), the ones to come at the window's. A confident draft runs on past γ*, a doubtful one stops
@@ -120,13 +122,13 @@ class OnlinePolicy(LengthPolicy):
 
     def __init__(self, gamma: int = 4, gamma_max: int = MAX_GAMMA, h: int = 20, acc_max: float = 0.95, probe: int = 2,
                  prior: float = 0.5, prior_weight: float = 1.0, estimates: Estimates | None = None,
-                 profile: dict[int, float] | None = None, calibrated_stop: bool = True):
+                 profile: dict[int, float] | None = None, calibrated_stop: bool | None = None):
         super().__init__(gamma)
-        self.calibrated_stop = calibrated_stop
         self.gamma_max = max(gamma_max, gamma)  # a tree's budget may pass γ's range
         self.files = estimates is None  # shared estimates are filed by the selector that built them
         self.estimates = estimates or Estimates(h, acc_max, prior=prior, prior_weight=prior_weight, profile=profile)
         self.probes = ProbeSchedule(probe)
+        self.calibrated_stop = bool(self.estimates.profile) if calibrated_stop is None else calibrated_stop
 
     @classmethod
     def from_gamma(cls, gamma: int, estimates: object | None = None, profile: dict[int, float] | None = None) -> OnlinePolicy:
