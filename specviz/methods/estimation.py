@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from specviz.core.formulas import censored_acceptance, expected_tokens
 from specviz.core.policy import Outcome
-from specviz.core.tree import depths
+from specviz.core.tree import StopRule, depths
 
 
 def outcome_of(event) -> Outcome:
@@ -173,6 +173,10 @@ class Calibration:
         b = self._bin(confidence)
         return (self.accepted[b] + self.weight * (b + 0.5) / self.bins) / (self.seen[b] + self.weight)
 
+    def best(self) -> float:
+        """The acceptance of the likeliest bin."""
+        return max(self((b + 0.5) / self.bins) for b in range(self.bins))
+
     def add(self, rec: Outcome) -> None:
         rejected = rec.accepted < rec.drafted and rec.emitted == rec.accepted + 1  # not cut short by a stop token
         for i, confidence in enumerate(rec.confidence[: rec.accepted + rejected]):
@@ -203,14 +207,20 @@ class ProbeSchedule:
         self.run, self.wait = 0, self.base
 
 
-def continuation(calibration: Calibration, acc: float, a_q: float, b_p: VerifyCost, rate: float, longest: int):
-    """A stop rule for a single path (:data:`~specviz.core.tree.StopRule`): after each drafted token, draft on only if
-    some longer draft is worth more than stopping here, a draft of g tokens being worth E[tokens] − rate · (g·a_q +
-    b_p(g)) with ``rate`` the best predicted tokens per millisecond (the gain in tokens of the time it takes, at the rate
-    the run can reach). The tokens drafted so far count at their calibrated acceptance (:class:`Calibration`), the ones
-    to come at ``acc``."""
+def continuation(calibration: Calibration, acc: float, a_q: float, b_p: VerifyCost, rate: float, shortest: int,
+                 longest: int) -> tuple[int, StopRule]:
+    """A stop rule for a single path (:data:`~specviz.core.tree.StopRule`) and the most it may draft. After each drafted
+    token the rule drafts on only if some longer draft is worth more than stopping here, a draft of g tokens being worth
+    E[tokens] − rate · (g·a_q + b_p(g)) with ``rate`` the best predicted tokens per millisecond (the gain in tokens of the
+    time it takes, at the rate the run can reach). The tokens drafted so far count at their calibrated acceptance
+    (:class:`Calibration`), the ones to come at ``acc``. The most is the best length, from ``shortest`` to ``longest``,
+    were every token as likely to pass as the likeliest a draft can be (the calibration's best bin, or ``acc``): no
+    draft that stops on its own gets past it."""
     def worth(gamma: int, tokens: float) -> float:
         return tokens - rate * (gamma * a_q + b_p(gamma))
+
+    top = max(calibration.best(), acc)
+    most = max(range(shortest, longest + 1), key=lambda g: worth(g, expected_tokens(top, g)))
 
     def stop(path: list[float]) -> bool:
         reach, tokens = 1.0, 1.0
@@ -218,12 +228,12 @@ def continuation(calibration: Calibration, acc: float, a_q: float, b_p: VerifyCo
             reach *= calibration(confidence)
             tokens += reach
         here, best = worth(len(path), tokens), -float("inf")
-        for gamma in range(len(path) + 1, longest + 1):
+        for gamma in range(len(path) + 1, most + 1):
             reach *= acc
             tokens += reach
             best = max(best, worth(gamma, tokens))
         return best <= here
-    return stop
+    return most, stop
 
 
 def predicted_rates(acc: float, a_q: float, b_p: VerifyCost, gamma_max: int, gamma_min: int = 0,

@@ -111,7 +111,7 @@ class OnlinePolicy(LengthPolicy):
 
     With ``calibrated_stop`` (single paths; off: the paper's policy; by default on where the run has the machine's verify
     profile, a CPU, whose draws cost nothing to read: on a GPU each read would wait on the device, and the draft stays
-    there until the step's one read) γ is the step's most, the longest it prices, and the
+    there until the step's one read) γ is the step's most, at least γ*, and the
     draft stops after the first token past which no longer draft is worth its time (:func:`continuation`): the tokens
     drafted so far count at the acceptance their own draft probabilities had in this run (a calibration per drafter,
     shared with the selector), the ones to come at the window's. A confident draft runs on past γ*, a doubtful one stops
@@ -148,8 +148,8 @@ class OnlinePolicy(LengthPolicy):
             best, reason = max((g for g in rates if g > 0), key=rates.get), "probe: γ* = 0 for a while, the best drafting γ"
         gamma, stop = best, None
         if best > 0 and self.calibrated_stop and hist.single_paths():
-            gamma = b_p.longest_priced(self.gamma_max)
-            stop = continuation(hist.calibration, acc, a_q, b_p, max(rates.values()) / 1e3, gamma)
+            gamma, stop = continuation(hist.calibration, acc, a_q, b_p, max(rates.values()) / 1e3, best,
+                                       b_p.longest_priced(self.gamma_max))
         mle, naive = hist.acceptance(), hist.naive_acceptance()  # of this step's window: the history moves on after it
         return Choice(gamma, lambda: {"policy": self.name, "gamma": gamma, "gamma_star": best, "acc": acc, "acc_mle": mle,
                                       "acc_naive": naive, "a_q_ms": a_q, "b_p_ms": {str(g): b_p(g) for g in rates},
