@@ -184,7 +184,7 @@ def first_token_counts(build, n, seed=0):
 
 def drafted(kind, nodes=4, branch=3, stop=None):
     def build(q1, q2, sampler):
-        expand = lambda ids, parents, new: (q2[[ids[m] for m in new]] if new else q1[None]).log()  # noqa: E731
+        expand = lambda feed: (q2[feed.ids] if feed.ids else q1[None]).log()  # noqa: E731
         grown = grow_tree(expand, TreeShape(branch, kind), nodes, 3, sampler, stop)
         return grown.tree, grown.q
     return build
@@ -195,7 +195,7 @@ def test_a_stop_rule_ends_a_path_after_the_token_it_reads_in_every_shape(shape):
     """The confidence policy's stop rule is the drafter's for chains and trees alike: it reads the draft probabilities of
     a node's path as the node is drawn, and a node it stops stays in the draft without children."""
     _, q1, _, q2 = synthetic(1)
-    expand = lambda ids, parents, new: (q2[[ids[m] for m in new]] if new else q1[None]).log()  # noqa: E731
+    expand = lambda feed: (q2[feed.ids] if feed.ids else q1[None]).log()  # noqa: E731
     threshold = float(q2.max(-1).values.median())
     seen = []
 
@@ -221,9 +221,9 @@ def test_a_stop_rule_draws_no_more_than_it_keeps(shape):
     _, q1, _, q2 = synthetic(1)
     calls = []
 
-    def expand(ids, parents, new):
-        calls.append(len(new))
-        return (q2[[ids[m] for m in new]] if new else q1[None]).log()
+    def expand(feed):
+        calls.append(len(feed.ids))
+        return (q2[feed.ids] if feed.ids else q1[None]).log()
 
     tree = grow_tree(expand, shape, 12, 6, Sampler(), lambda path: len(path) >= 2).tree
     assert max(depths(tree.parents)) == 2 and len(calls) == 2  # the root's forward and the first level's
@@ -589,9 +589,58 @@ def test_unrecorded_greedy_drafts_stay_on_the_device_until_the_steps_one_read(ti
         assert reads == [1] * len(events)
 
 
+@pytest.mark.parametrize(("branch", "nodes", "depth"), [(2, 6, 4), (3, 10, 5), (3, 2, 4), (4, 12, 2), (2, 20, 8)])
+def test_a_dynamic_tree_grown_on_the_device_is_the_tree_grown_with_reads(host_reads, monkeypatch, branch, nodes, depth):
+    """Where reads wait, the frontier is chosen on the device: no read while growing, and after one read the same nodes,
+    numbered alike, as the growth that reads each level (which stops early where no deeper node could enter)."""
+    from specviz.core import tree as tree_module
+
+    logits = torch.randn(41, 40, generator=seeded(branch * nodes + depth))  # after each token; the last row: the root
+
+    def expand(feed):
+        return logits[-1:] if not feed.ids else logits[tree_module.ids_tensor(feed.ids, torch.device("cpu"))]
+
+    read = grow_tree(expand, TreeShape(branch, "dynamic"), nodes, depth, Sampler(), keep_q=False, finite=True).tree
+    host_reads[0] = 0
+    monkeypatch.setattr(tree_module, "reads_wait", lambda device: True)
+    unread = grow_tree(expand, TreeShape(branch, "dynamic"), nodes, depth, Sampler(), keep_q=False, finite=True).tree
+    assert host_reads[0] == 0
+    assert all(isinstance(t, tree_module.DeviceToken) for t in unread.ids + unread.parents)
+    assert [int(t) for t in unread.ids] == [int(t) for t in read.ids] and [int(p) for p in unread.parents] == read.parents
+    assert len(read.ids) == min(nodes, branch + branch * branch * (depth - 1))
+
+
+@pytest.mark.parametrize("make", ["model", "model on transformers' cache", "head"])
+def test_where_reads_wait_a_dynamic_tree_stays_on_the_device_until_the_steps_one_read(tiny_target, host_reads, monkeypatch, make):
+    from specviz.core import tree as tree_module
+
+    def run():
+        target = cached_model(tiny_target, taps=(0, 1) if make == "head" else ())
+        drafter = {"model": lambda: ModelDrafter(cached_model(near_copy(tiny_target))),
+                   "model on transformers' cache": lambda: ModelDrafter(CachedModel(near_copy(tiny_target))),
+                   "head": lambda: FeatureDrafter(random_head(tiny_target, 1, (0, 1)), target, None)}[make]()
+        reads, events = [], []
+        for event in decode(target, PROMPTS[1], drafters=[drafter], policy=FixedPolicy(10), max_new_tokens=30, record=False,
+                            tree=TreeShape(3, "dynamic")):
+            reads.append(host_reads[0])
+            host_reads[0] = 0
+            events.append(event)
+        return reads, events
+
+    _, read = run()
+    monkeypatch.setattr(tree_module, "reads_wait", lambda device: True)
+    reads, unread = run()
+    assert emitted(unread) == emitted(read) == reference(tiny_target, PROMPTS[1], 30)
+    assert [(e.draft_ids, e.tree.parents) for e in unread] == [(e.draft_ids, e.tree.parents) for e in read]
+    assert all(type(t) is int for e in unread for t in e.draft_ids + e.tree.parents)
+    assert any(max(depths(e.tree.parents), default=0) >= 2 for e in unread)
+    assert reads == [1] * len(unread)
+
+
 @pytest.mark.parametrize("record", [False, True], ids=["unrecorded", "recorded"])
 def test_a_dynamic_tree_reads_the_device_once_per_level_whatever_its_branching(tiny_target, host_reads, monkeypatch, record):
-    """Its draw keys choose the next frontier, so each level is read, once for all its nodes; the verify reads once more."""
+    """On a CPU, where a read costs nothing, its draw keys are read to choose the next frontier, once per level for all
+    its nodes; the verify reads once more."""
     from specviz.core import tree as tree_module
 
     levels, children = [0], tree_module.children

@@ -114,16 +114,17 @@ class ExactRule:
         if not tree.is_single_path and type(self) is not ExactRule:
             raise ValueError(f"token trees are verified by the exact rule only, not {self.name}")
         n, device = len(tree.ids), logits.device
-        ids = ids_tensor(tree.ids, device)
-        rows = torch.tensor(tree.parents, dtype=torch.long, device=device) + 1
+        ids, parents = ids_tensor(tree.ids, device), ids_tensor(tree.parents, device)
+        rows = parents + 1
         q = None if sampler.greedy else draft.q_over(p.shape[-1], device)
         c = Checked(ids, logits[rows], None if p is None else p[rows], q, None if q is None else sampler.uniform(n, device), states)
         if sampler.greedy:
             best = logits.argmax(-1)
             exact = ids == best[rows]
             relaxed = self.relaxed(c)
-            read = torch.cat([(exact | relaxed.accepts).long(), exact.long(), best, ids]).tolist()  # the step's one device read
-            settle(tree.ids, read[2 * n + len(best):])
+            read = torch.cat([(exact | relaxed.accepts).long(), exact.long(), best, ids, parents]).tolist()  # the step's one read
+            settle(tree.ids, read[2 * n + len(best): 3 * n + len(best)])
+            settle(tree.parents, read[3 * n + len(best):])
             path, row, accepted = descend(tree.parents, lambda node: bool(read[node]))
             evidence = Evidence(accepted, [None if a is None else bool(read[n + i]) for i, a in enumerate(accepted)], relaxed)
             return Verdict(path, read[2 * n + row], self.reasons(evidence), evidence)

@@ -21,7 +21,7 @@ import torch
 
 from specviz.core.hidden import last_layer, layer_outputs
 from specviz.core.timing import ForwardTimes, Timed
-from specviz.core.tree import TokenTree, ancestry, depths, ids_tensor
+from specviz.core.tree import TokenTree, ids_tensor, tree_rows
 
 
 class Loaded(Protocol):
@@ -217,12 +217,10 @@ class CachedModel(Timed):
     def _tree_rows(self, start: int, length: int, parents: list[int], reused: int) -> TreeRows:
         """Positions and attention of the rows fed from slot ``start``: the tokens up to ``length``, then the tree's nodes
         from ``reused`` on."""
-        total = length + len(parents)
-        slots = torch.arange(start, length)
-        linear = torch.arange(total)[None] <= slots[:, None]
-        tree = torch.cat([torch.ones(len(parents), length, dtype=torch.bool), ancestry(parents)], 1)[reused:]
-        positions = torch.cat([slots, length - 1 + torch.tensor(depths(parents)[reused:], dtype=torch.long)])
-        return TreeRows(positions, torch.cat([linear, tree]))
+        tree, depth = tree_rows(parents, length, reused)
+        slots = torch.arange(start, length, device=tree.device)
+        linear = torch.arange(length + len(parents), device=tree.device)[None] <= slots[:, None]
+        return TreeRows(torch.cat([slots, length - 1 + depth]), torch.cat([linear, tree]))
 
     def prefill(self, tokens: list[int]) -> Forward | None:
         """Process everything but the last token (the next forward feeds it with its drafts)."""

@@ -17,7 +17,7 @@ from specviz.core.cache import CachedModel
 from specviz.core.registry import DRAFTERS
 from specviz.core.sampling import Sampler
 from specviz.core.timing import Mark, Stopwatch, Timed
-from specviz.core.tree import MAX_TREE_NODES, Expander, StopRule, TokenTree, TreeShape, grow_tree
+from specviz.core.tree import MAX_TREE_NODES, Expander, Feed, StopRule, TokenTree, TreeShape, grow_tree
 
 SINGLE_PATH = TreeShape(1, "single-path")
 """The shape of a single-path tree: one child per node, as deep as it has nodes."""
@@ -185,16 +185,13 @@ class ModelDrafter(Drafter):
 
     def expander(self, tokens: list[int]) -> Expander:
         fed_ids: list[int] = []
-        fed_parents: list[int] = []
-        slot: dict[int, int] = {}  # tree node → its row among the fed ones
+        fed_parents: list[int] = []  # the rows fed so far, as a tree
 
-        def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
-            for node in new:
-                slot[node] = len(fed_ids)
-                fed_ids.append(ids[node])
-                fed_parents.append(slot[parents[node]] if parents[node] >= 0 else -1)
-            fed = TokenTree(fed_ids, fed_parents) if new else None
-            return self.model.forward(tokens, keep=max(1, len(new)), tree=fed).logits
+        def expand(feed: Feed) -> torch.Tensor:
+            fed_ids.extend(feed.ids)
+            fed_parents.extend(feed.rows)
+            fed = TokenTree(fed_ids, fed_parents) if feed.ids else None
+            return self.model.forward(tokens, keep=max(1, len(feed.ids)), tree=fed).logits
         return expand
 
     def prefill(self, tokens: list[int]) -> None:
@@ -225,10 +222,13 @@ class NGramDrafter(Drafter):
 
     def expander(self, tokens: list[int]) -> Expander:
         vocab = max(tokens) + 1
+        paths: list[list[int]] = []  # the tokens down to each row fed so far
 
-        def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
-            return torch.stack([followers_q(torch.tensor(tokens + path_to(ids, parents, node)), vocab, self.max_ngram, self.min_ngram)
-                                for node in new or [-1]]).log()  # as logits: q is their softmax
+        def expand(feed: Feed) -> torch.Tensor:
+            new = [(paths[row] if row >= 0 else []) + [t] for t, row in zip(feed.ids, feed.rows)]
+            paths.extend(new)
+            return torch.stack([followers_q(torch.tensor(tokens + path), vocab, self.max_ngram, self.min_ngram)
+                                for path in new or [[]]]).log()  # as logits: q is their softmax
         return expand
 
 
@@ -246,23 +246,12 @@ class EarliestNGramDrafter(NGramDrafter):
     def expander(self, tokens: list[int]) -> Expander:
         block, vocab = ngram_proposal(tokens, self.min_ngram, self.max_ngram, len(tokens)), max(tokens) + 1
 
-        def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
-            rows = torch.full((len(new) or 1, vocab), -torch.inf)
-            for row, node in enumerate(new or [-1]):
-                depth = len(path_to(ids, parents, node))
-                if depth < len(block):
-                    rows[row, block[depth]] = 0.0
+        def expand(feed: Feed) -> torch.Tensor:
+            rows = torch.full((len(feed.ids) or 1, vocab), -torch.inf)
+            if feed.depth < len(block):  # every node fed is that deep: the block's next token follows each
+                rows[:, block[feed.depth]] = 0.0
             return rows
         return expand
-
-
-def path_to(ids: list[int], parents: list[int], node: int) -> list[int]:
-    """The tokens from the root down to ``node`` (none for −1, the root)."""
-    path = []
-    while node >= 0:
-        path.append(ids[node])
-        node = parents[node]
-    return path[::-1]
 
 
 def followers(seq: torch.Tensor, max_ngram: int, min_ngram: int = 1) -> torch.Tensor:

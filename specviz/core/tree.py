@@ -16,13 +16,18 @@ Gumbel maximum is independent of its argmax), so the output is distributed exact
 Dynamic trees follow EAGLE-2: expand the ``branch`` nodes of the last level with the highest cumulative key, give
 each ``branch`` children, and keep the budget's best nodes. Static trees are ``branch`` single paths from the root.
 
-A greedy single path or static tree that nothing records and no stop rule reads is drawn without reading the device:
-each node's id is a :class:`DeviceToken`, the argmax (or the root's top-k) left where it was computed, fed to the next
-draft forward and to the target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A dynamic tree
-reads each level's draw keys, since they choose which nodes grow: one read per level, for all its nodes.
+A greedy draft that nothing records and no stop rule reads is drawn without reading the device: each node's id is a
+:class:`DeviceToken`, the argmax (or a row's top-k) left where it was computed, fed to the next draft forward and to the
+target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A single path's
+or a static tree's shape is known ahead. A dynamic tree's is not: its draw keys choose which nodes grow. Where a read
+waits for the device (:func:`reads_wait`: an accelerator), the frontier is chosen on the device and the nodes' parents
+are :class:`DeviceToken` too, settled by the same read; the tree then grows to its full depth and keeps its budget's
+best nodes. On a CPU, where a read costs nothing, each level's draw keys are read once, which lets the growth stop as
+soon as no deeper node could enter the budget's best.
 
-Three types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`TokenTree` (a step's nodes),
-:func:`descend` (the walk every verification takes) and ``specviz.core.record.TreeRecord`` (what a step's view shows).
+Four types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`Feed` (what one draft
+forward feeds), :class:`TokenTree` (a step's nodes), :func:`descend` (the walk every verification takes) and
+``specviz.core.record.TreeRecord`` (what a step's view shows).
 """
 
 from __future__ import annotations
@@ -75,10 +80,16 @@ def ids_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
 
 
 def settle(ids: list[int], values: list[int]) -> None:
-    """Give each :class:`DeviceToken` among ``ids`` its id, as the step's one read read it."""
-    for t, v in zip(ids, values):
+    """Give each :class:`DeviceToken` among ``ids`` its value, as the step's one read read it, and put the value in its
+    place in ``ids`` (other lists holding the token read it from the token)."""
+    for i, (t, v) in enumerate(zip(ids, values)):
         if isinstance(t, DeviceToken):
-            t.value = v
+            t.value = ids[i] = v
+
+
+def reads_wait(device: torch.device) -> bool:
+    """Whether reading a tensor on ``device`` waits for the work queued on it (an accelerator; a CPU computes in line)."""
+    return device.type != "cpu"
 
 
 @dataclass(frozen=True)
@@ -90,11 +101,22 @@ class Drawn:
     ids: list[int]
 
 
-Expander = Callable[[list[int], list[int], list[int]], "torch.Tensor | Drawn"]
-"""``expand(ids, parents, new)``: the draft's logits (len(new), vocab) after each node in ``new`` of the tree (ids,
-parents) so far; with ``new`` empty, the logits (1, vocab) after the committed tokens. A node is expanded after its
-parent. A row of −inf: nothing can follow that node. Every drafter drafts through one (:func:`grow_tree`), which turns
-logits into the draft's q under the run's sampling transform only where q is read."""
+@dataclass(frozen=True)
+class Feed:
+    """The nodes one draft forward feeds, all one level down the tree: their tokens, the row at which each one's parent
+    was fed among the forwards of this draft so far, counting from 0 (−1: the root, the last committed token), and their
+    ``depth`` (1: the root's children). The first forward of a draft feeds no node (depth 0): it gives the logits after the
+    committed tokens. Tokens and rows are :class:`DeviceToken` where the draft has not read them."""
+
+    ids: list[int]
+    rows: list[int]
+    depth: int
+
+
+Expander = Callable[[Feed], "torch.Tensor | Drawn"]
+"""``expand(feed)``: the draft's logits (nodes, vocab) after each node the :class:`Feed` feeds, (1, vocab) after the
+committed tokens for a feed of no node. A row of −inf: nothing can follow that node. Every drafter drafts through one
+(:func:`grow_tree`), which turns logits into the draft's q under the run's sampling transform only where q is read."""
 
 StopRule = Callable[[list[float]], bool]
 """Called as a node is drawn, with the draft's probability of each token on its path, root down (the node's own last);
@@ -129,8 +151,9 @@ class TokenTree:
 
 
 def single_path(parents: list[int]) -> bool:
-    """Whether the tree of these parents has one child per node."""
-    return all(parent == i - 1 for i, parent in enumerate(parents))
+    """Whether the tree of these parents has one child per node (parents still on the device: a dynamic tree's, read
+    as branching without reading them)."""
+    return not any(isinstance(p, DeviceToken) for p in parents) and all(parent == i - 1 for i, parent in enumerate(parents))
 
 
 def depths(parents: list[int]) -> list[int]:
@@ -142,13 +165,22 @@ def depths(parents: list[int]) -> list[int]:
 
 
 def ancestry(parents: list[int]) -> torch.Tensor:
-    """(n, n) bool: node i sees node j iff j is i or one of its ancestors (the tree attention mask among nodes)."""
+    """(n, n) bool: node i sees node j iff j is i or one of its ancestors (the tree attention mask among nodes), on the
+    device of parents still there (:class:`DeviceToken`), else on the CPU. Each node's depth is its row's sum."""
     n = len(parents)
-    seen = torch.eye(n, dtype=torch.bool)
-    for i, parent in enumerate(parents):
-        if parent >= 0:
-            seen[i] |= seen[parent]
-    return seen
+    device = next((p.tensor.device for p in parents if isinstance(p, DeviceToken)), torch.device("cpu"))
+    up = (ids_tensor(parents, device)[:, None] == torch.arange(n, device=device)).float()  # node → its parent
+    seen = up + torch.eye(n, device=device)
+    for _ in range(max(n - 1, 1).bit_length()):  # paths of up to 2^k steps: closed after log2(n) squarings
+        seen = (seen @ seen).clamp(max=1)
+    return seen.bool()
+
+
+def tree_rows(parents: list[int], context: int, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the nodes from ``first`` on: the slots each sees (nodes, ``context`` + n), the ``context`` slots before the
+    tree and its ancestors and itself, and its depth (nodes,); on the device of :func:`ancestry`."""
+    seen = ancestry(parents)[first:]
+    return torch.cat([seen.new_ones(len(seen), context), seen], 1), seen.sum(-1)
 
 
 def children(logits: torch.Tensor | None, q: torch.Tensor | None, k: int, sampler: Sampler
@@ -210,18 +242,23 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
     for no node, and without ``keep_q`` where nothing reads it) and, with a ``stop`` rule, the draft probability of each
     node's token, which the rule read (a node it stops gets no children). Greedy drafts computed without ``keep_q`` take
     no softmax over the vocabulary (their draw keys, log q, are the drawn logits less their log-sum-exp). If ``finite``
-    (every row the expander returns holds a token) and no rule reads the draws, the ids of a greedy single path or static
-    tree stay on the device (:class:`DeviceToken`); any other tree reads each level's draws once, a dynamic tree to
-    choose the next frontier."""
+    (every row the expander returns holds a token) and no rule reads the draws, a greedy tree's ids stay on the device
+    (:class:`DeviceToken`); a dynamic tree's parents too where reads wait (:func:`reads_wait`). Any other tree reads
+    each level's draws once."""
     static = shape.kind == "static"
     need_q = keep_q or not sampler.greedy
-    unread = finite and not need_q and stop is None and (static or shape.branch == 1)  # the shape is known ahead
+    unread = finite and not need_q and stop is None
+    root = expand(Feed([], [], 0))
+    if unread and not static and shape.branch > 1 and isinstance(root, torch.Tensor) and reads_wait(root.device):
+        return Grown(_dynamic_on_device(expand, root, shape.branch, nodes, depth), None)
+    unread = unread and (static or shape.branch == 1)  # the shape is known ahead
     ids: list[int] = []
     parents: list[int] = []
     keys: list[float] = []  # cumulative key, capped by the parent's and the earlier sibling's (inclusion stays closed)
     qs: list[torch.Tensor | None] = []
     paths: list[list[float]] = []  # with a stop rule: the draft probability of each token on a node's path
     ended: set[int] = set()  # nodes the stop rule gave no children
+    fed: dict[int, int] = {}  # node → the row it was fed at
 
     def draws(out: torch.Tensor | Drawn, k: int) -> list[tuple[list[int], list[float], torch.Tensor | None]]:
         """Each row's children as :func:`children` gives them."""
@@ -256,9 +293,8 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
                         ended.add(new[-1])
         return new
 
-    width = min(shape.branch, nodes)
-    level = add([-1], expand([], [], []), width)
-    for _ in range(depth - 1):
+    level = add([-1], root, min(shape.branch, nodes))
+    for d in range(1, depth):
         growing = [n for n in level if n not in ended]
         if static:
             frontier = growing[: nodes - len(ids)]
@@ -268,12 +304,49 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
             break
         if not static and len(ids) >= nodes and sorted(keys, reverse=True)[nodes - 1] >= keys[frontier[0]]:
             break  # no deeper node could enter the budget's best
-        level = add(frontier, expand(ids, parents, frontier), 1 if static else shape.branch)
+        feed = Feed([ids[n] for n in frontier], [fed.get(parents[n], -1) for n in frontier], d)
+        for n in frontier:
+            fed[n] = len(fed)
+        level = add(frontier, expand(feed), 1 if static else shape.branch)
     keep = sorted(sorted(range(len(ids)), key=lambda n: (-keys[n], n))[: nodes])
     index = {old: new for new, old in enumerate(keep)}
     q = torch.stack([qs[n] for n in keep]) if keep and all(qs[n] is not None for n in keep) else None
     return Grown(TokenTree([ids[n] for n in keep], [index.get(parents[n], -1) for n in keep]), q,
                  [paths[n][-1] for n in keep] if stop is not None else None)
+
+
+def _dynamic_on_device(expand: Expander, root: torch.Tensor, branch: int, nodes: int, depth: int) -> TokenTree:
+    """The greedy dynamic tree :func:`grow_tree` grows, grown without reading the device: each level's frontier (its
+    ``branch`` best nodes by cumulative key, ties to the earlier node) is chosen there, the tree grows to ``depth`` and
+    keeps the budget's best nodes, whose ids and parents stay there (:class:`DeviceToken`). The same tree, numbered alike,
+    as growing it with reads, which may stop early only when no deeper node could enter the budget's best."""
+    def draw(logits: torch.Tensor, base: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's ``branch`` best tokens and their cumulative keys below a node of key ``base``."""
+        top = logits.topk(min(branch, logits.shape[-1]))
+        x = (top.values.float() - logits.float().logsumexp(-1, keepdim=True)).double()
+        return top.indices, torch.minimum(base[:, None], base[:, None] + x).cummin(-1).values
+
+    device = root.device
+    ids, keys = draw(root, torch.zeros(1, dtype=torch.double, device=device))
+    ids, keys = ids[0, :nodes], keys[0, :nodes]
+    parents = torch.full_like(ids, -1)
+    first, fed = 0, 0  # the last level's first node; the rows fed so far
+    rows: list[int] | torch.Tensor = [-1] * len(ids)  # the row each node of the last level's parent was fed at
+    for d in range(1, depth):
+        frontier = torch.sort(-keys[first:], stable=True).indices[:branch]  # indices within the level
+        node = first + frontier
+        feed_rows = rows[: len(node)] if isinstance(rows, list) else [DeviceToken(r) for r in rows[frontier]]
+        logits = expand(Feed([DeviceToken(t) for t in ids[node]], feed_rows, d))
+        new_ids, new_keys = draw(logits, keys[node])
+        rows = fed + torch.arange(len(node), device=device).repeat_interleave(new_ids.shape[1])
+        first, fed = len(ids), fed + len(node)
+        ids, keys = torch.cat([ids, new_ids.flatten()]), torch.cat([keys, new_keys.flatten()])
+        parents = torch.cat([parents, node.repeat_interleave(new_ids.shape[1])])
+    keep = torch.sort(-keys, stable=True).indices[:nodes].sort().values
+    index = torch.full_like(parents, -1).index_put_((keep,), torch.arange(len(keep), device=device))
+    kept = parents[keep]
+    kept = torch.where(kept >= 0, index[kept.clamp(min=0)], -1)
+    return TokenTree([DeviceToken(t) for t in ids[keep]], [DeviceToken(p) for p in kept])
 
 
 def descend(parents: list[int], test: Callable[[int], bool]) -> tuple[list[int], int, list[bool | None]]:

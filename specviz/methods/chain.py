@@ -20,7 +20,7 @@ from specviz.core.acceptance import ExactRule, Verdict
 from specviz.core.cache import CachedModel
 from specviz.core.drafters import SINGLE_PATH, Draft, Drafter, LevelWork
 from specviz.core.sampling import Sampler
-from specviz.core.tree import Drawn, Expander, StopRule, TreeShape, grow_tree
+from specviz.core.tree import Drawn, Expander, Feed, StopRule, TreeShape, grow_tree
 
 DEFAULT_LEVEL_GAMMA = 4
 
@@ -59,9 +59,9 @@ class StagedDrafter(Drafter):
         qs: list[torch.Tensor] = []
         ended = False
 
-        def expand(ids: list[int], parents: list[int], new: list[int]) -> Drawn | torch.Tensor:
+        def expand(feed: Feed) -> Drawn | torch.Tensor:
             nonlocal ended
-            at = len(ids)
+            at = feed.depth  # the block's tokens drafted so far
             if at == len(block) and not ended and at < gamma:
                 seq = tokens + block
                 draft = self._inner_draft(seq, min(self.level_gamma, gamma - at - 1), sampler, stop, keep_q, below)

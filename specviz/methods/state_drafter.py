@@ -14,7 +14,7 @@ import torch
 from specviz.core.cache import CachedModel, TreeRows, grown
 from specviz.core.drafters import Drafter
 from specviz.core.timing import ForwardTimes, Timed
-from specviz.core.tree import Expander, ancestry, depths
+from specviz.core.tree import Expander, Feed, ids_tensor, single_path, tree_rows
 
 
 class ForwardTimer(Timed):
@@ -118,25 +118,21 @@ def state_expander(root: torch.Tensor | None, committed: int, run: Callable[[tor
     (a root child: ``root``, the output at the last of the ``committed`` positions) and its own token, fed by ``run(states,
     ids, start slot, rows)`` after the committed positions at position committed − 1 + its depth, attending to them and to
     its ancestors; ``logits`` turns outputs into the draft's logits. No root (a one-token prompt): no node."""
-    outs: list[torch.Tensor] = []
-    fed_parents: list[int] = []
-    slot: dict[int, int] = {}  # tree node → its row among the fed ones
+    outs: list[torch.Tensor] = [root]  # the output after the root, then after each row fed
+    fed_parents: list[int] = []  # the rows fed so far, as a tree
 
     @torch.inference_mode()
-    def expand(ids: list[int], parents: list[int], new: list[int]) -> torch.Tensor:
-        if not new:
+    def expand(feed: Feed) -> torch.Tensor:
+        if not feed.ids:
             return logits(root) if root is not None else torch.full((1, vocab), -torch.inf)
-        states = torch.cat([outs[slot[parents[m]]] if parents[m] >= 0 else root for m in new])
-        for m in new:
-            slot[m] = len(fed_parents)
-            fed_parents.append(slot[parents[m]] if parents[m] >= 0 else -1)
-        k = len(new)
+        k = len(feed.ids)
+        states = torch.cat(outs)[ids_tensor(feed.rows, root.device) + 1]
+        fed_parents.extend(feed.rows)
         rows = None  # a single path: its slots are its positions, attending causally
-        if fed_parents != list(range(-1, len(fed_parents) - 1)):
-            visible = torch.cat([torch.ones(k, committed, dtype=torch.bool), ancestry(fed_parents)[-k:]], 1)
-            rows = TreeRows(committed - 1 + torch.tensor(depths(fed_parents)[-k:]), visible)
-        out = run(states, [ids[m] for m in new], committed + len(fed_parents) - k, rows)
-        outs.extend(out.split(1))
+        if not single_path(fed_parents):
+            visible, _ = tree_rows(fed_parents, committed, len(fed_parents) - k)
+            rows = TreeRows(torch.full((k,), committed - 1 + feed.depth), visible)
+        out = run(states, feed.ids, committed + len(fed_parents) - k, rows)
+        outs.append(out)
         return logits(out)
     return expand
-
