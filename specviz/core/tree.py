@@ -76,7 +76,7 @@ def ids_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
     """Token ids, some of them :class:`DeviceToken` (a greedy draft's), as a long tensor on ``device``, read from none."""
     if not any(isinstance(t, DeviceToken) for t in ids):
         return torch.tensor(ids, dtype=torch.long, device=device)
-    return torch.stack([t.tensor.to(device) if isinstance(t, DeviceToken) else torch.tensor(t, device=device) for t in ids])
+    return torch.stack([t.tensor.to(device) if isinstance(t, DeviceToken) else torch.full((), t, device=device) for t in ids])
 
 
 def settle(ids: list[int], values: list[int]) -> None:

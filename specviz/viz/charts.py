@@ -138,7 +138,7 @@ def dynamics_spec(d: Dynamics) -> dict:
          "xaxis": "x2", "yaxis": "y2"},
         {"type": "bar", "x": d.steps, "y": [n - a for n, a in zip(d.drafted, d.accepted)], "name": "drafted, not accepted",
          "marker": {"color": "#F3B4B4", "pattern": {"shape": "/"}}, "xaxis": "x2", "yaxis": "y2"},
-        {"type": "scatter", "mode": "lines+markers", "x": d.steps, "y": d.gammas, "name": "γ chosen", "line": {"color": "#111827",
+        {"type": "scatter", "mode": "lines+markers", "x": d.steps, "y": d.gammas, "name": "γ budget", "line": {"color": "#111827",
          "width": 1.5, "shape": "hv"}, "marker": {"symbol": "line-ew-open", "size": 8}, "xaxis": "x2", "yaxis": "y2"},
         {"type": "bar", "x": list(range(1, len(d.per_position) + 1)), "y": d.per_position, "name": "P(accept | drafted)",
          "marker": {"color": "#2E9D6B"}, "xaxis": "x3", "yaxis": "y3", "showlegend": False},
@@ -162,7 +162,7 @@ def dynamics_spec(d: Dynamics) -> dict:
                      "name": part, "marker": {"color": colour, "pattern": {"shape": _PATTERNS[part]}},
                      "xaxis": "x4", "yaxis": "y4", "legendgroup": "split"})
     layout = {**BASE_LAYOUT, "height": 860, "barmode": "stack", "margin": {"l": 60, "r": 20, "t": 40, "b": 120},
-              **_grid_layout(["Throughput per step", "γ chosen and tokens drafted / accepted per step", "Acceptance by draft position",
+              **_grid_layout(["Throughput per step", "γ budget and tokens drafted / accepted per step", "Acceptance by draft position",
                               "Where the time went", "Drafts kept per step, by draft length",
                               "At this acceptance, each γ would give"],
                              ["step", "step", "draft position", "seconds", "drafts kept", "γ"],

@@ -36,7 +36,7 @@ def test_dynamics_spec_is_valid_with_and_without_ar():
         d = charts.dynamics_from_events(events(), METRICS, ar)
         fig = go.Figure(charts.dynamics_spec(d))
         names = {t.name for t in fig.data}
-        assert {"accepted drafts", "drafted, not accepted", "γ chosen", "P(accept | drafted)", "prefill", *SPANS_MS, "outside"} <= names
+        assert {"accepted drafts", "drafted, not accepted", "γ budget", "P(accept | drafted)", "prefill", *SPANS_MS, "outside"} <= names
         assert ("AR baseline tok/s" in names) == (ar is not None)
     assert d.gammas == [4] * 6 and d.drafted == [1, 2, 3, 4, 0, 1] and d.tokens_per_s[0] == pytest.approx(2000 / 41)
 
