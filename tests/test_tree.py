@@ -645,6 +645,7 @@ def test_a_dynamic_tree_reads_the_device_once_per_level_whatever_its_branching(t
 
     levels, children = [0], tree_module.children
     monkeypatch.setattr(tree_module, "children", lambda *a: levels.__setitem__(0, levels[0] + 1) or children(*a))
+    monkeypatch.setattr(tree_module, "reads_wait", lambda device: False)  # as on a CPU, whatever the test device
     drafter = ModelDrafter(cached_model(near_copy(tiny_target)))
     reads, per_step, events = [], [], []
     for event in decode(cached_model(tiny_target), PROMPTS[1], drafters=[drafter], policy=FixedPolicy(10), max_new_tokens=30,
