@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.analysis.cost_model import predict_run  # noqa: E402
 from specviz.bench.harness import hf_generate  # noqa: E402
+from specviz.core import tree as tree_module  # noqa: E402
 from specviz.core.drafters import SINGLE_PATH, ModelDrafter, NGramDrafter  # noqa: E402
 from specviz.core.engine import decode  # noqa: E402
 from specviz.core.errors import first_line  # noqa: E402
@@ -324,34 +325,42 @@ def accepted_pair(target: LoadedModel, keep: int = 4, damping: float = 0.02) -> 
 def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
     """AR, then SD at γ 1–5 and a dynamic 8-node tree with the draft of :func:`accepted_pair`, each against
     transformers' assisted generation with the same draft and γ; beside every realized speedup, the cost model's
-    prediction from the run's own acceptance and costs (``specviz.analysis.cost_model.predict_run``)."""
+    prediction from the run's own acceptance and costs (``specviz.analysis.cost_model.predict_run``). The tree runs
+    twice: grown on the device, as a GPU run grows it, and reading each level's draw keys, as a CPU run does. Steps
+    record nothing, as in the benchmarks."""
     target, draft = accepted_pair(target)
     prompt = prompts(1, target.vocab_size, lengths=(128,))[0]
     capacity = len(prompt) + n + 1 + MAX_TREE_NODES
 
-    def engine(gamma: int, tree: TreeShape) -> list:
+    def engine(gamma: int, tree: TreeShape, on_device: bool) -> list:
         cached = cached_model(target, capacity=capacity, graphs=GRAPHS)
         if not gamma:
-            return list(decode(cached, prompt, max_new_tokens=n))
+            return list(decode(cached, prompt, max_new_tokens=n, record=False))
         drafter = ModelDrafter(cached_model(draft, capacity=capacity, graphs=GRAPHS))
-        return list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree))
+        tree_module.reads_wait = lambda device: on_device
+        try:
+            return list(decode(cached, prompt, drafters=[drafter], policy=FixedPolicy(gamma), max_new_tokens=n, tree=tree,
+                               record=False))
+        finally:
+            tree_module.reads_wait = reads_wait
 
-    runs = {"ar": (0, SINGLE_PATH), **{f"γ={g}": (g, SINGLE_PATH) for g in range(1, 6)},
-            "dynamic tree of 8 nodes": (8, TreeShape(2, "dynamic"))}
-    for gamma, tree in runs.values():  # warm-up: every graph captured once
-        engine(gamma, tree)
+    reads_wait, dynamic = tree_module.reads_wait, TreeShape(2, "dynamic")
+    runs = {"ar": (0, SINGLE_PATH, True), **{f"γ={g}": (g, SINGLE_PATH, True) for g in range(1, 6)},
+            "dynamic tree of 8 nodes": (8, dynamic, True), "dynamic tree of 8 nodes, a read per level": (8, dynamic, False)}
+    for run in runs.values():  # warm-up: every graph captured once
+        engine(*run)
     seconds: dict[str, list[float]] = {k: [] for k in runs}
     events: dict[str, list] = {}
     for _ in range(rounds):
-        for label, (gamma, tree) in runs.items():
+        for label, run in runs.items():
             box: list = []
-            seconds[label].append(timed(lambda gamma=gamma, tree=tree, box=box: box.extend(engine(gamma, tree))))
+            seconds[label].append(timed(lambda run=run, box=box: box.extend(engine(*run))))
             events[label] = box
     ar_s = statistics.median(seconds["ar"])
     t1 = sum(e.spans["verifying"] for e in events["ar"]) / len(events["ar"])
     assert len(emitted(events["ar"])) == n
     record("8B accepted draft", "AR", round(n / ar_s, 1), "tok/s", f"{n} tokens after a {len(prompt)}-token prompt, median of {rounds}")
-    for label, (gamma, tree) in list(runs.items())[1:]:
+    for label, (gamma, tree, _) in list(runs.items())[1:]:
         tokens = len(emitted(events[label]))
         speedup = tokens / statistics.median(seconds[label]) / (n / ar_s)
         predicted = predict_run(events[label], t1)["predicted_speedup"]
@@ -364,6 +373,11 @@ def accepted_draft(target: LoadedModel, n: int, rounds: int) -> None:
                                    for _ in range(rounds))
             note += f"; {hf / statistics.median(seconds[label]):.2f}× transformers' assisted generation (same draft and γ)"
         record("8B accepted draft", f"SD {label}: realized speedup over the engine's AR", round(speedup, 2), "×", note)
+    grown, per_level = "dynamic tree of 8 nodes", "dynamic tree of 8 nodes, a read per level"
+    same = "the same" if emitted(events[per_level]) == emitted(events[grown]) else "not the same"
+    record("8B accepted draft", "dynamic tree grown on the device ÷ reading each level",
+           round(statistics.median(seconds[per_level]) / statistics.median(seconds[grown]), 3), "×",
+           f"tokens/s ratio, median of {rounds}; {same} tokens")
 
 
 WORKER_WAYS = ("eager (static shapes)", "graphs recorded in the call", "graphs kept from the worker's last call")

@@ -596,18 +596,40 @@ def test_a_dynamic_tree_grown_on_the_device_is_the_tree_grown_with_reads(host_re
     from specviz.core import tree as tree_module
 
     logits = torch.randn(41, 40, generator=seeded(branch * nodes + depth))  # after each token; the last row: the root
+    calls = []
 
     def expand(feed):
+        calls.append(feed.depth)
         return logits[-1:] if not feed.ids else logits[tree_module.ids_tensor(feed.ids, torch.device("cpu"))]
 
-    read = grow_tree(expand, TreeShape(branch, "dynamic"), nodes, depth, Sampler(), keep_q=False, finite=True).tree
+    def grown():
+        calls.clear()
+        return grow_tree(expand, TreeShape(branch, "dynamic"), nodes, depth, Sampler(), keep_q=False, finite=True).tree
+
+    read, read_calls = grown(), len(calls)
     host_reads[0] = 0
     monkeypatch.setattr(tree_module, "reads_wait", lambda device: True)
-    unread = grow_tree(expand, TreeShape(branch, "dynamic"), nodes, depth, Sampler(), keep_q=False, finite=True).tree
-    assert host_reads[0] == 0
+    unread = grown()
+    assert host_reads[0] == 0 and len(calls) == depth  # no stop condition is posted from a CPU: it grows to its depth
     assert all(isinstance(t, tree_module.DeviceToken) for t in unread.ids + unread.parents)
     assert [int(t) for t in unread.ids] == [int(t) for t in read.ids] and [int(p) for p in unread.parents] == read.parents
     assert len(read.ids) == min(nodes, branch + branch * branch * (depth - 1))
+
+    class Landed:  # a CUDA event whose copy has landed
+        def query(self):
+            return True
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(tree_module, "_posted", lambda condition: None if condition is None else (condition.clone(), Landed()))
+    stopped = grown()  # as on CUDA when each level's condition lands at once: it stops where the reading growth stops
+    assert [int(t) for t in stopped.ids] == read.ids and [int(p) for p in stopped.parents] == read.parents
+    assert len(calls) == read_calls
+    Landed.query = lambda self: False  # a copy that lands only when waited for, a level later: one level more at most
+    late = grown()
+    assert [int(t) for t in late.ids] == read.ids and [int(p) for p in late.parents] == read.parents
+    assert read_calls <= len(calls) <= min(read_calls + 1, depth)
 
 
 @pytest.mark.parametrize("make", ["model", "model on transformers' cache", "head"])

@@ -21,9 +21,10 @@ A greedy draft that nothing records and no stop rule reads is drawn without read
 target's verify as it is; the verification's one read settles every id of the step (:func:`settle`). A single path's
 or a static tree's shape is known ahead. A dynamic tree's is not: its draw keys choose which nodes grow. Where a read
 waits for the device (:func:`reads_wait`: an accelerator), the frontier is chosen on the device and the nodes' parents
-are :class:`DeviceToken` too, settled by the same read; the tree then grows to its full depth and keeps its budget's
-best nodes. On a CPU, where a read costs nothing, each level's draw keys are read once, which lets the growth stop as
-soon as no deeper node could enter the budget's best.
+are :class:`DeviceToken` too, settled by the same read. Whether growth may stop (no deeper node could enter the budget's
+best) is copied to the host without waiting and read a level later, so the tree grows at most one level further than
+reading would let it, and keeps the same nodes. On a CPU, where a read costs nothing, each level's draw keys are read
+once, and growth stops as soon as it may.
 
 Four types and a walk: :class:`TreeShape` (how a drafter grows trees, fixed for a run), :class:`Feed` (what one draft
 forward feeds), :class:`TokenTree` (a step's nodes), :func:`descend` (the walk every verification takes) and
@@ -43,7 +44,6 @@ from specviz.core.sampling import Sampler
 TREE_KINDS = ("dynamic", "static")
 MAX_TREE_NODES = 64
 """The largest node budget of a step (a cache with static shapes keeps this many slots free for the tree)."""
-
 
 
 class DeviceToken:
@@ -317,9 +317,11 @@ def grow_tree(expand: Expander, shape: TreeShape, nodes: int, depth: int, sample
 
 def _dynamic_on_device(expand: Expander, root: torch.Tensor, branch: int, nodes: int, depth: int) -> TokenTree:
     """The greedy dynamic tree :func:`grow_tree` grows, grown without reading the device: each level's frontier (its
-    ``branch`` best nodes by cumulative key, ties to the earlier node) is chosen there, the tree grows to ``depth`` and
-    keeps the budget's best nodes, whose ids and parents stay there (:class:`DeviceToken`). The same tree, numbered alike,
-    as growing it with reads, which may stop early only when no deeper node could enter the budget's best."""
+    ``branch`` best nodes by cumulative key, ties to the earlier node) is chosen there, and the budget's best nodes are
+    kept there, ids and parents (:class:`DeviceToken`). The same tree, numbered alike, as growing it with reads. Growth
+    may stop once no deeper node could enter the budget's best; on CUDA that condition is copied to the host as each
+    level is drawn, without waiting, and read a level later, while the next level's forward runs, so growth goes at most
+    one level past it (stopping later keeps the same nodes). Elsewhere the tree grows to ``depth``."""
     def draw(logits: torch.Tensor, base: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's ``branch`` best tokens and their cumulative keys below a node of key ``base``."""
         top = logits.topk(min(branch, logits.shape[-1]))
@@ -332,7 +334,10 @@ def _dynamic_on_device(expand: Expander, root: torch.Tensor, branch: int, nodes:
     parents = torch.full_like(ids, -1)
     first, fed = 0, 0  # the last level's first node; the rows fed so far
     rows: list[int] | torch.Tensor = [-1] * len(ids)  # the row each node of the last level's parent was fed at
+    posted = [_posted(_may_stop(keys, first, nodes))]  # after each level: may growth stop? (on the host, later)
     for d in range(1, depth):
+        if _holds(posted[-1], wait=False) or (len(posted) > 1 and _holds(posted[-2], wait=True)):
+            break
         frontier = torch.sort(-keys[first:], stable=True).indices[:branch]  # indices within the level
         node = first + frontier
         feed_rows = rows[: len(node)] if isinstance(rows, list) else [DeviceToken(r) for r in rows[frontier]]
@@ -342,11 +347,37 @@ def _dynamic_on_device(expand: Expander, root: torch.Tensor, branch: int, nodes:
         first, fed = len(ids), fed + len(node)
         ids, keys = torch.cat([ids, new_ids.flatten()]), torch.cat([keys, new_keys.flatten()])
         parents = torch.cat([parents, node.repeat_interleave(new_ids.shape[1])])
+        posted.append(_posted(_may_stop(keys, first, nodes)))
     keep = torch.sort(-keys, stable=True).indices[:nodes].sort().values
     index = torch.full_like(parents, -1).index_put_((keep,), torch.arange(len(keep), device=device))
     kept = parents[keep]
     kept = torch.where(kept >= 0, index[kept.clamp(min=0)], -1)
     return TokenTree([DeviceToken(t) for t in ids[keep]], [DeviceToken(p) for p in kept])
+
+
+def _may_stop(keys: torch.Tensor, first: int, nodes: int) -> torch.Tensor | None:
+    """Whether no node below the last level (from ``first``) could enter the ``nodes`` best: none beats the budget's last."""
+    return keys.topk(nodes).values[-1] >= keys[first:].max() if len(keys) >= nodes else None
+
+
+def _posted(condition: torch.Tensor | None) -> tuple[torch.Tensor, torch.cuda.Event] | None:
+    """``condition`` on its way to the host, copied without waiting, on CUDA; None elsewhere (or with no condition)."""
+    if condition is None or condition.device.type != "cuda":
+        return None
+    host, copied = condition.to("cpu", non_blocking=True), torch.cuda.Event()
+    copied.record()
+    return host, copied
+
+
+def _holds(posted: tuple[torch.Tensor, torch.cuda.Event] | None, wait: bool) -> bool:
+    """Whether a :func:`_posted` condition holds: after waiting for its copy, or only if the copy has landed."""
+    if posted is None:
+        return False
+    host, copied = posted
+    if not wait and not copied.query():
+        return False
+    copied.synchronize()  # at once if the copy has landed
+    return bool(host.numpy())  # host memory the copy wrote: no device read
 
 
 def descend(parents: list[int], test: Callable[[int], bool]) -> tuple[list[int], int, list[bool | None]]:
