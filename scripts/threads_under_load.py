@@ -1,0 +1,107 @@
+"""Tokens/s with one torch thread against two, on a quiet machine and while another process keeps one core busy.
+
+A host whose cores are shared (a free CPU Space, a laptop running other work) may leave the engine fewer cores than
+torch's default thread count assumes. Every prompt runs AR and the default settings at 1 and 2 threads, quiet and beside
+a busy loop pinned to the last core, back to back in one process (``torch.set_num_threads`` between runs), alternating
+the order of the threads and of the loads from prompt to prompt; after a warm-up of each. Speed is new tokens over the
+decode's wall time (prefill included), as in the bench.
+
+    python scripts/threads_under_load.py --per-category 1 --max-new-tokens 64 --out results/threads_under_load_epyc
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specviz.analysis.suites import load_suite, load_warmup  # noqa: E402
+from specviz.models.backends.cpu import cpu_name  # noqa: E402
+from specviz.runtime.bank import ModelBank  # noqa: E402
+from specviz.runtime.config import DecodeConfig  # noqa: E402
+from specviz.runtime.prepare import prepare  # noqa: E402
+
+THREADS = (1, 2)
+LOADS = ("quiet", "one core busy")
+
+
+def busy_loop() -> subprocess.Popen:
+    """A shell loop that keeps the machine's last core busy until it is killed."""
+    return subprocess.Popen(["taskset", "-c", str(os.cpu_count() - 1), "sh", "-c", "while :; do :; done"])
+
+
+def measure(per_category: int, max_new_tokens: int) -> pd.DataFrame:
+    bank = ModelBank()
+    configs = {"ar": DecodeConfig(method="ar", max_new_tokens=max_new_tokens), "defaults": DecodeConfig(max_new_tokens=max_new_tokens)}
+
+    def tok_s(config: DecodeConfig, prompt: str, threads: int) -> float:
+        torch.set_num_threads(threads)
+        run = prepare(config, prompt, bank)
+        start = time.perf_counter()
+        n = sum(len(e.emitted_ids) for e in run.events(record=False))
+        return n / (time.perf_counter() - start)
+
+    warm = load_warmup(1)[0]["prompt"]
+    for config in configs.values():
+        for threads in THREADS:
+            tok_s(config, warm, threads)
+    rows = []
+    for i, row in enumerate(load_suite("all", per_category)):
+        for load in LOADS if i % 2 == 0 else LOADS[::-1]:
+            loop = busy_loop() if load != "quiet" else None
+            try:
+                for threads in THREADS if i % 2 == 0 else THREADS[::-1]:
+                    for label, config in configs.items():
+                        rows.append({"prompt_id": row["id"], "load": load, "threads": threads, "config": label,
+                                     "tok_s": tok_s(config, row["prompt"], threads)})
+                        print(f"{row['id']:>12} {load:<14} {threads} {label:<9} {rows[-1]['tok_s']:.1f}", flush=True)
+            finally:
+                if loop:
+                    loop.kill()
+                    loop.wait()
+    return pd.DataFrame(rows)
+
+
+def table(df: pd.DataFrame) -> str:
+    lines = ["| load | configuration | 1 thread tok/s | 2 threads tok/s | median 1 thread ÷ 2 threads |", "|---|---|---|---|---|"]
+    for (load, label), g in df.groupby(["load", "config"], sort=False):
+        one, two = (g[g["threads"] == n].set_index("prompt_id")["tok_s"] for n in THREADS)
+        ratio = statistics.median(one / two)
+        lines.append(f"| {load} | {label} | {one.median():.1f} | {two.median():.1f} | {ratio:.2f}× |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--per-category", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--out", type=Path, required=True, help="path stem: writes STEM.csv and STEM.md")
+    a = ap.parse_args()
+    command = "python scripts/threads_under_load.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    md = a.out.with_suffix(".md")
+    if md.exists() and f"Reproduce: `{command}`" not in md.read_text():
+        raise SystemExit(f"{md} was made with other settings; write elsewhere (--out)")
+    df = measure(a.per_category, a.max_new_tokens)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(a.out.with_suffix(".csv"), index=False)
+    md.write_text(
+        f"# One torch thread against two, quiet and beside a busy core\n\n"
+        f"{df['prompt_id'].nunique()} prompts, {a.max_new_tokens} new tokens, greedy; `defaults` is the settings' defaults. "
+        f"Interleaved in one process. Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}.\n\n"
+        f"{table(df)}\n\nReproduce: `{command}`\n")
+    print(table(df))
+
+
+if __name__ == "__main__":
+    main()
