@@ -26,6 +26,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_steps import refuse_other_settings, write_report  # noqa: E402
+
 from specviz.analysis.suites import load_suite, load_warmup  # noqa: E402
 from specviz.models.backends.cpu import cpu_name  # noqa: E402
 from specviz.runtime.bank import ModelBank  # noqa: E402
@@ -90,18 +92,14 @@ def main() -> None:
     a = ap.parse_args()
     command = "python scripts/threads_under_load.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     md = a.out.with_suffix(".md")
-    if md.exists() and f"Reproduce: `{command}`" not in md.read_text():
-        raise SystemExit(f"{md} was made with other settings; write elsewhere (--out)")
+    refuse_other_settings(md, command)
     df = measure(a.per_category, a.max_new_tokens)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
+    md.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out.with_suffix(".csv"), index=False)
-    md.write_text(
-        f"# One torch thread against two, quiet and beside a busy core\n\n"
-        f"{df['prompt_id'].nunique()} prompts, {a.max_new_tokens} new tokens, greedy; `defaults` is the settings' defaults. "
-        f"Interleaved in one process. Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}.\n\n"
-        f"{table(df)}\n\nReproduce: `{command}`\n")
-    print(table(df))
-
+    write_report(md, ["# One torch thread against two, quiet and beside a busy core", "",
+                      f"{df['prompt_id'].nunique()} prompts, {a.max_new_tokens} new tokens, greedy; `defaults` is the settings' "
+                      f"defaults. Interleaved in one process. Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}.",
+                      "", table(df), "", f"Reproduce: `{command}`"])
 
 if __name__ == "__main__":
     main()
