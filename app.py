@@ -12,10 +12,4 @@ from specviz.ui.app import build_app, launch  # noqa: E402
 demo = build_app()
 
 if __name__ == "__main__":
-    from specviz.core.env import env
-
-    if env("SPECVIZ_TORCH_THREADS"):
-        import torch
-
-        torch.set_num_threads(int(env("SPECVIZ_TORCH_THREADS")))
     launch(demo)

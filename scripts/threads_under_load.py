@@ -1,12 +1,14 @@
-"""Tokens/s with one torch thread against two, on a quiet machine and while another process keeps one core busy.
+"""Tokens/s with one torch thread, two, and the count chosen as it runs, on a quiet machine and while another process
+keeps one core busy.
 
 A host whose cores are shared (a free CPU Space, a laptop running other work) may leave the engine fewer cores than
-torch's default thread count assumes. Every prompt runs AR and the default settings at 1 and 2 threads, quiet and beside
-a busy loop pinned to the last core, back to back in one process (``torch.set_num_threads`` between runs), alternating
-the order of the threads and of the loads from prompt to prompt; after a warm-up of each. Speed is new tokens over the
-decode's wall time (prefill included), as in the bench.
+torch's default thread count assumes. Every prompt runs AR and the default settings at 1 and 2 threads (the count fixed
+with ``SPECVIZ_TORCH_THREADS``) and at ``auto`` (a fresh chooser starting from 2 threads, as a new process gets:
+``specviz.models.backends.threads``), quiet and beside a busy loop pinned to the last core, back to back in one process,
+alternating the order of the counts and of the loads from prompt to prompt; after a warm-up of each. Speed is new tokens
+over the decode's wall time (prefill included), as in the bench.
 
-    python scripts/threads_under_load.py --per-category 1 --max-new-tokens 64 --out results/threads_under_load_epyc
+    python scripts/threads_under_load.py --per-category 1 --max-new-tokens 64 --out results/threads_under_load_auto_epyc
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from bench_steps import refuse_other_settings, write_report  # noqa: E402
 
 from specviz.analysis.suites import load_suite, load_warmup  # noqa: E402
 from specviz.models.backends.cpu import cpu_name  # noqa: E402
+from specviz.models.backends.threads import thread_chooser  # noqa: E402
 from specviz.runtime.bank import ModelBank  # noqa: E402
 from specviz.runtime.config import DecodeConfig  # noqa: E402
 from specviz.runtime.prepare import prepare  # noqa: E402
 
-THREADS = (1, 2)
+THREADS = ("1", "2", "auto")
 LOADS = ("quiet", "one core busy")
 
 
@@ -47,8 +50,11 @@ def measure(per_category: int, max_new_tokens: int) -> pd.DataFrame:
     bank = ModelBank()
     configs = {"ar": DecodeConfig(method="ar", max_new_tokens=max_new_tokens), "defaults": DecodeConfig(max_new_tokens=max_new_tokens)}
 
-    def tok_s(config: DecodeConfig, prompt: str, threads: int) -> float:
-        torch.set_num_threads(threads)
+    def tok_s(config: DecodeConfig, prompt: str, threads: str) -> float:
+        os.environ["SPECVIZ_TORCH_THREADS"] = threads
+        torch.set_num_threads(os.cpu_count())
+        thread_chooser.cache_clear()
+        thread_chooser()
         run = prepare(config, prompt, bank)
         start = time.perf_counter()
         n = sum(len(e.emitted_ids) for e in run.events(record=False))
@@ -76,11 +82,12 @@ def measure(per_category: int, max_new_tokens: int) -> pd.DataFrame:
 
 
 def table(df: pd.DataFrame) -> str:
-    lines = ["| load | configuration | 1 thread tok/s | 2 threads tok/s | median 1 thread ÷ 2 threads |", "|---|---|---|---|---|"]
+    lines = ["| load | configuration | 1 thread tok/s | 2 threads tok/s | auto tok/s | median 1 thread ÷ 2 threads | "
+             "median auto ÷ the faster fixed count |", "|---|---|---|---|---|---|---|"]
     for (load, label), g in df.groupby(["load", "config"], sort=False):
-        one, two = (g[g["threads"] == n].set_index("prompt_id")["tok_s"] for n in THREADS)
-        ratio = statistics.median(one / two)
-        lines.append(f"| {load} | {label} | {one.median():.1f} | {two.median():.1f} | {ratio:.2f}× |")
+        one, two, auto = (g[g["threads"].astype(str) == n].set_index("prompt_id")["tok_s"] for n in THREADS)
+        lines.append(f"| {load} | {label} | {one.median():.1f} | {two.median():.1f} | {auto.median():.1f} | "
+                     f"{statistics.median(one / two):.2f}× | {statistics.median(auto / one.combine(two, max)):.2f}× |")
     return "\n".join(lines)
 
 
@@ -96,7 +103,7 @@ def main() -> None:
     df = measure(a.per_category, a.max_new_tokens)
     md.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out.with_suffix(".csv"), index=False)
-    write_report(md, ["# One torch thread against two, quiet and beside a busy core", "",
+    write_report(md, ["# One torch thread, two, and the count chosen as it runs, quiet and beside a busy core", "",
                       f"{df['prompt_id'].nunique()} prompts, {a.max_new_tokens} new tokens, greedy; `defaults` is the settings' "
                       f"defaults. Interleaved in one process. Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}.",
                       "", table(df), "", f"Reproduce: `{command}`"])

@@ -20,8 +20,9 @@ from specviz.models.loaded import LoadedModel  # noqa: E402
 if os.environ.get("SPECVIZ_TEST_DEVICE"):
     torch.set_default_device(os.environ["SPECVIZ_TEST_DEVICE"])
 
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # `make test` runs two workers: they share the cores
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # `make test` runs two workers: they share the cores, at a fixed count
+    os.environ["SPECVIZ_TORCH_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    torch.set_num_threads(int(os.environ["SPECVIZ_TORCH_THREADS"]))
 
 SERIAL = {"app": ("tests/ui/test_ui_browser.py", "tests/ui/test_load.py", "tests/ui/test_ui_api.py", "tests/ui/test_zerogpu.py"),
           "repository": ("tests/test_registry.py", "tests/test_docs.py", "tests/test_install.py", "tests/test_notebook.py",

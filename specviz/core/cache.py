@@ -14,6 +14,7 @@ or the preallocated lean buffer of ``specviz.models.backends.lean``; both take t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -133,10 +134,11 @@ class DynamicStorage:
 class CachedModel(Timed):
     """A loaded model, its storage and the token ids the storage holds. Built with ``taps`` (decoder layer indices),
     every :class:`Forward` it returns carries those layers' outputs too (a feature head reads them); with the last
-    layer among them, its ``prenorm`` too (judge decoding reads it)."""
+    layer among them, its ``prenorm`` too (judge decoding reads it). ``pace``, if given, is told each CPU forward's model
+    name, fed rows and seconds (the CPU backend chooses its thread count by them)."""
 
     def __init__(self, lm: Loaded, vocab_size: int | None = None, storage: Storage | None = None,
-                 taps: tuple[int, ...] = ()):
+                 taps: tuple[int, ...] = (), pace: Callable[[str, int, float], None] | None = None):
         self.lm, self.name = lm, lm.name
         self.vocab_size = vocab_size or lm.vocab_size
         self.storage = storage or DynamicStorage(lm)
@@ -144,7 +146,7 @@ class CachedModel(Timed):
         self.ids: list[int] = []  # the token in each cached slot
         self.linear = 0  # the leading slots that hold a plain sequence; the slots after them hold a token tree
         self.tree_parents: list[int] = []  # that tree's parents (see specviz.core.tree)
-        self.times = ForwardTimes(lm.device)
+        self.times, self.pace = ForwardTimes(lm.device), pace
 
     @property
     def prenorm(self) -> bool:
@@ -209,7 +211,9 @@ class CachedModel(Timed):
         logits, outputs = self.storage.run(new, n + reused, keep, self.taps, rows)
         result = Forward(logits[:, : self.vocab_size], n + reused, outputs[last_layer(self.lm.model)][-keep:] if self.prenorm else None,
                          outputs or None)
-        self.times.stop(start)
+        seconds = self.times.stop(start)
+        if self.pace is not None and seconds is not None:
+            self.pace(self.name, len(new), seconds)
         self.ids = tokens + ids if tree else tokens[:]
         self.linear, self.tree_parents = len(tokens), list(parents)
         return result

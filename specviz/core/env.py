@@ -18,7 +18,10 @@ class EnvVar:
 ENV: dict[str, EnvVar] = {
     "SPECVIZ_PRESET": EnvVar("`default_preset()`", "the preset the app opens with and loads first"),
     "SPECVIZ_DECODE_CONCURRENCY": EnvVar("1", "decodes that may run at once across all of the app's users"),
-    "SPECVIZ_TORCH_THREADS": EnvVar("torch's own", "`torch.set_num_threads` before `app.py` serves"),
+    "SPECVIZ_TORCH_THREADS": EnvVar("auto", "CPU threads: a number fixes torch's count; `auto` runs torch's count or half of it, "
+                                    "whichever the forwards time faster, probed as they run (a shared host)"),
+    "OMP_NUM_THREADS": EnvVar("unset", "read by torch at start; set, it fixes the CPU thread count, as a number in "
+                              "`SPECVIZ_TORCH_THREADS` does"),
     "SPECVIZ_CACHE": EnvVar("~/.cache/specviz", "where converted models and the machine's measured kernel plans, dtype choices "
                             "and verify profiles are kept (delete a file to time it again)"),
     "PORT": EnvVar("7860", "the app's port (as Spaces and most hosts set it)"),

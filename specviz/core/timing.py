@@ -43,13 +43,15 @@ class ForwardTimes:
     def start(self) -> Mark:
         return self.watch.mark()
 
-    def stop(self, start: Mark) -> None:
+    def stop(self, start: Mark) -> float | None:
+        """Count the forward begun at ``start``; its seconds on a CPU (None on CUDA, where reading would wait)."""
         self.forwards += 1
         end = self.watch.mark()
         if self.watch.cuda:
             self._pending.append((start, end))
-        else:
-            self._seconds += end - start
+            return None
+        self._seconds += end - start
+        return end - start
 
     @property
     def seconds(self) -> float:

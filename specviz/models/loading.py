@@ -18,6 +18,7 @@ from specviz.core.env import env_flag
 from specviz.core.errors import ModelLoadError, first_line
 from specviz.models.backends import place
 from specviz.models.backends.cpu import cpu_name, kernel_plan
+from specviz.models.backends.threads import thread_chooser
 from specviz.models.loaded import LoadedModel
 from specviz.models.paths import cache_dir
 from specviz.models.presets import GGUF_FILE, GGUF_SOURCE, OFFLINE_PRESET
@@ -33,8 +34,11 @@ def pick_device() -> torch.device:
 
 def describe_hardware() -> str:
     """The GPU, or the CPU model with the ISA features that decide whether bf16 pays off; threads and torch."""
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
-    return f"{device}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    chooser = thread_chooser()
+    threads = chooser.describe() if chooser else f"{torch.get_num_threads()} threads"
+    return f"{cpu_name()}, {threads}, torch {torch.__version__}"
 
 
 def describe_run_machine(model: torch.nn.Module) -> str:

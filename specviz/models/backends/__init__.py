@@ -2,7 +2,8 @@
 
 Two entry points, and nothing else of this package is imported above it:
 - :func:`place` moves a freshly loaded model to its device and dtype and gives it that device's kernels
-  (on CPU: the fp32/bf16 autotune and the narrow GEMM / prepacked linears of :mod:`.cpu`);
+  (on CPU: the fp32/bf16 autotune and the narrow GEMM / prepacked linears of :mod:`.cpu`, and the thread count's
+  chooser of :mod:`.threads`);
 - :func:`cached_model` wraps a model in the cached-model contract of :mod:`specviz.core.cache`, on the
   preallocated lean storage of :mod:`.lean` where the architecture allows, on transformers' ``DynamicCache``
   otherwise.
@@ -16,12 +17,15 @@ from specviz.core.cache import CachedModel
 from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears, tuned_plan
 from specviz.models.backends.graphs import cuda_capture
 from specviz.models.backends.lean import LeanStorage
+from specviz.models.backends.threads import observe_forward, thread_chooser
 from specviz.models.loaded import LoadedModel
 
 
 def place(model: torch.nn.Module, path: str, device: torch.device, dtype: torch.dtype | None = None) -> None:
     """Move ``model`` (loaded from ``path``) to ``device`` in ``dtype`` (None: bfloat16 on CUDA, the faster
     measured on CPU) with the device's kernels."""
+    if device.type == "cpu":
+        thread_chooser()
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else fastest_cpu_dtype(path, model)
     model.to(device=device, dtype=dtype)
@@ -45,7 +49,8 @@ def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: boo
     model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and the CPU kernels say they pay,
     which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``taps`` (decoder layer indices, the last
     for the pre-norm states): what each :class:`~specviz.core.cache.Forward` carries besides the logits. A fixed ``capacity`` (positions)
-    gives the lean storage static shapes, and ``graphs`` records CUDA graphs of its forwards (:mod:`.graphs`)."""
+    gives the lean storage static shapes, and ``graphs`` records CUDA graphs of its forwards (:mod:`.graphs`). On a CPU its
+    forwards' times choose torch's thread count (:mod:`.threads`)."""
     vocab_size = vocab_size or lm.vocab_size
     storage = LeanStorage(lm, vocab_size, full_vocab, int8, capacity, cuda_capture if graphs else None) if supports_lean(lm) else None
-    return CachedModel(lm, vocab_size, storage, taps)
+    return CachedModel(lm, vocab_size, storage, taps, observe_forward if lm.device.type == "cpu" else None)

@@ -27,6 +27,9 @@ ROW_BUCKETS = (1, 4, 16, 64)
 SHIPPED_PLAN = ("narrow", "narrow", "packed", "packed")
 """The plan measured fastest on a 2-core EPYC (``results/linear_kernels.md``); :func:`tuned_plan` measures each machine's."""
 
+FIRST_OF_LAST = ROW_BUCKETS[-2] + 1
+"""The fewest rows of the last bucket."""
+
 
 def bucket(rows: int) -> int:
     """The index in :data:`ROW_BUCKETS` of a forward of ``rows`` rows."""
@@ -51,12 +54,22 @@ class PackedLinear(torch.nn.Module):
         self.packed = linear.weight.detach().float().to_mkldnn()
         self.plan = plan
 
+    @property
+    def plan(self) -> tuple[str, ...]:
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: tuple[str, ...]) -> None:
+        # the kernel of each row count up to the last bucket's first (more rows take the last): the forward indexes it,
+        # as finding the bucket on every call of every layer cost a step more than the kernels' differences save
+        self._plan, self.by_rows = plan, tuple(plan[bucket(n)] for n in range(FIRST_OF_LAST + 1))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or self.weight.dtype != torch.float32:
             return torch.nn.functional.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, self.in_features)
         n = rows.shape[0]
-        kernel = self.plan[bucket(n)]
+        kernel = self.by_rows[n if n < FIRST_OF_LAST else FIRST_OF_LAST]
         if kernel == "default":
             return torch.nn.functional.linear(x, self.weight, self.bias)
         if kernel == "narrow":
