@@ -47,14 +47,27 @@ def test_beside_a_busy_core_one_thread_is_chosen_after_the_first_probe(two_threa
     assert chooser.running == 1 and torch.get_num_threads() == 1
 
 
-def test_on_a_quiet_machine_the_count_stays_and_the_probes_thin_out(two_threads):
+def probe_starts(ran: list[int], home: int) -> list[int]:
+    return [i for i in range(1, len(ran)) if ran[i] != home and ran[i - 1] == home]
+
+
+def test_on_a_quiet_machine_one_clear_probe_settles_it(two_threads):
     chooser = ThreadChooser((2, 1))
     ran = forwards(chooser, 120, QUIET.get)
-    probes = [i for i in range(1, len(ran)) if ran[i] == 1 and ran[i - 1] == 2]
+    probes = probe_starts(ran, 2)
     assert all(ran[i:i + PROBE_FORWARDS] == [1] * PROBE_FORWARDS and ran[i + PROBE_FORWARDS] == 2 for i in probes)
-    gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert gaps == sorted(gaps) and gaps[-1] - PROBE_FORWARDS == max(LONGEST_WAIT[1], math.ceil(LONGEST_WAIT[0] / QUIET[2]))
+    longest = PROBE_FORWARDS + max(LONGEST_WAIT[1], math.ceil(LONGEST_WAIT[0] / QUIET[2]))
+    assert probes[0] == threads.FIRST_WAIT[1] and {b - a for a, b in zip(probes, probes[1:])} == {longest}
     assert len(ran) / (120 / QUIET[2]) > 0.99, "probing costs under 1 % of the forwards two threads alone would run"
+    assert chooser.running == 2
+
+
+def test_a_close_verdict_doubles_the_wait(two_threads):
+    chooser = ThreadChooser((2, 1))
+    ran = forwards(chooser, 120, {2: 0.030, 1: 0.033}.get)
+    probes = probe_starts(ran, 2)
+    gaps = [b - a - PROBE_FORWARDS for a, b in zip(probes, probes[1:])]
+    assert gaps[:3] == [4, 8, 16] and gaps[-1] == max(LONGEST_WAIT[1], math.ceil(LONGEST_WAIT[0] / 0.030))
     assert chooser.running == 2
 
 

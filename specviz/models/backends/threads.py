@@ -4,10 +4,12 @@ On a quiet machine every core pays; where another process holds one of them, eac
 for the thread that shares its core, and fewer threads run the same decode several times faster
 (``results/threads_under_load_epyc.md``). Load comes and goes, so no count measured once can stay right. A
 :class:`ThreadChooser` runs one count, and now and then runs a couple of forwards at the other: each model's forwards of
-one row bucket (:func:`~specviz.models.backends.cpu.bucket`) are timed at both, and the faster count is kept. A probe
-waits for both a time and a number of forwards: the time bounds how long a change of load goes unseen, the count how
-much of the decode slow forwards spend probing. A probe that confirms the count waits twice as long for the next one, up
-to a limit, and a switch probes again soon. Threads change rounding at most, as the kernels do.
+one row bucket (:func:`~specviz.models.backends.cpu.bucket`) are timed at both, and the faster count is kept. The first
+probe comes after a couple of forwards, so a short decode on a loaded host is not spent at the wrong count. A probe waits
+for both a time and a number of forwards: the time bounds how long a change of load goes unseen, the count how much of
+the decode slow forwards spend probing. After a clear verdict either way the next probe waits the longest; after a
+close one, a confirmation doubles the wait and a switch starts it again. Threads change rounding at most, as the
+kernels do.
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ from specviz.core.env import env
 from specviz.core.errors import ConfigError
 from specviz.models.backends.cpu import bucket
 
-FIRST_WAIT = (1.0, 16)
-"""Seconds of forwards, and forwards, before the first probe, and after a switch."""
+FIRST_WAIT = (0.05, 2)
+"""Seconds of forwards, and forwards, before the first probe, and after a close switch."""
 LONGEST_WAIT = (8.0, 128)
-"""The longest wait between two probes, in both (each confirming probe doubles the wait up to it)."""
+"""The longest wait between two probes, in both: the wait after a clear verdict, and the most a close one doubles to."""
 PROBE_FORWARDS = 2
 """Forwards a probe runs at the other count."""
 SWITCH = 0.85
 """The other count is kept when its forwards take at most this fraction of the running count's time: a margin that
 noise does not cross."""
+CLEAR = 0.7
+"""A verdict is clear when the slower count's forwards take at least 1 / CLEAR times the faster's."""
 RECENT = 8
 """Forwards kept per model, row bucket and count: the running count's last ones are compared with the probe's."""
 
@@ -90,6 +94,8 @@ class ThreadChooser:
             self.running = home
             if ratio is not None:
                 self.wait = tuple(min(2 * due, most) for due, most in zip(self.wait, LONGEST_WAIT))
+        if ratio is not None and not CLEAR < ratio < 1 / CLEAR:
+            self.wait = LONGEST_WAIT
         self.waited = (0.0, 0)
 
     def describe(self) -> str:
