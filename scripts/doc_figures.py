@@ -68,6 +68,11 @@ def _policies():
     return policies
 
 
+def _threads():
+    from specviz.models.backends import threads
+    return threads
+
+
 def _ui(module: str):
     import importlib
     return importlib.import_module(f"specviz.ui.{module}")
@@ -148,6 +153,11 @@ CONSTANTS = [
     Constant("docs/methods.md", r"shrunk towards a\s+prior by (\w+) pseudo-observations",
              lambda: (WORDS[int(_default(_selection().OnlineSelector, "prior_weight"))],)),
     Constant("docs/methods.md", r"on the (\d+) warm-up prompts", lambda: (len(_warmup()),)),
+    Constant("docs/performance.md", r"After the first (\w+) forwards \(the prefill is one\), (\w+) forwards run",
+             lambda: (WORDS[_threads().FIRST_WAIT[1]], WORDS[_threads().PROBE_FORWARDS])),
+    Constant("docs/performance.md", r"take at most ([\d.]+) of the running count's time",
+             lambda: (_threads().SWITCH,)),
+    Constant("docs/performance.md", r"after (\d+) s and (\d+) forwards after a clear one", lambda: _threads().LONGEST_WAIT),
     Constant("docs/app.md", r"headline redraw every ([\d.]+) s and the\s+race chart and step panel every ([\d.]+) s",
              lambda: (_ui("runs").REDRAW_EVERY_S, _ui("runs").CHARTS_EVERY_S)),
     Constant("docs/app.md", r"polls for work every (\d+) ms instead of every (\d+) ms",

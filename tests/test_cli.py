@@ -90,6 +90,13 @@ def test_prompt_longer_than_context(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_bad_thread_count_in_the_environment():
+    r = subprocess.run([sys.executable, "-m", "specviz", "generate", "--prompt", "hi", "--max-new-tokens", "2"], capture_output=True,
+                       text=True, env={**ENV, "SPECVIZ_TORCH_THREADS": "many"}, timeout=300)
+    assert_one_line_error(r, "SPECVIZ_TORCH_THREADS is 'many'")
+
+
+@pytest.mark.slow
 def test_unloadable_hub_draft_offline():
     assert_one_line_error(cli("generate", "--prompt", "hi", "--draft", "nobody/no-such-model"), "cannot load model")
 
