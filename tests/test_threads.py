@@ -11,10 +11,11 @@ import torch
 
 from specviz.core.errors import ConfigError
 from specviz.models.backends import threads
-from specviz.models.backends.threads import LONGEST_WAIT, PROBE_FORWARDS, ThreadChooser, thread_chooser
+from specviz.models.backends.threads import LONGEST_WAIT, ThreadChooser, thread_chooser
 from specviz.runtime.config import DecodeConfig
 from specviz.runtime.prepare import prepare
 
+PROBE_FORWARDS = threads.PROBE_FORWARDS[0]  # a probe's length where one kind of forward takes all the time
 QUIET = {2: 0.030, 1: 0.044}  # the ratio measured on a quiet 2-core machine (1 thread: 0.68x the speed of 2)
 BUSY = {2: 0.110, 1: 0.045}  # and beside a busy core (2.5x)
 
@@ -85,15 +86,39 @@ def test_noisy_forwards_do_not_make_it_switch_on_a_quiet_machine(two_threads):
     assert ran.count(1) / len(ran) < 0.02
 
 
+def chain(chooser: ThreadChooser, steps: int, draft: dict, verify: dict, drafts: int = 3) -> tuple[float, float]:
+    """``steps`` of a chain: ``drafts`` 1-row draft forwards, then a 4-row verify; the seconds they took, and what they
+    would have taken at two threads."""
+    spent = at_two = 0.0
+    for _ in range(steps):
+        for model, rows, cost in [("draft", 1, draft)] * drafts + [("target", 4, verify)]:
+            ran = torch.get_num_threads()
+            chooser.observe(model, rows, cost[ran])
+            spent, at_two = spent + cost[ran], at_two + cost[2]
+    return spent, at_two
+
+
 def test_forwards_are_compared_per_model_and_row_count(two_threads):
-    """A draft's short forwards and the target's verifies interleave: a probe that times two drafts is set against the
-    drafts' times, not against a mean that holds the verifies too (which would make one thread look faster)."""
-    chooser, spent, at_two = ThreadChooser((2, 1)), 0.0, 0.0
-    for i in range(8000):
-        ran, scale = torch.get_num_threads(), 1 if i % 4 == 0 else 10  # a draft forward, then three verifies ten times longer
-        chooser.observe("draft" if scale == 1 else "target", 1 if scale == 1 else 4, QUIET[ran] * scale)
-        spent, at_two = spent + QUIET[ran] * scale, at_two + QUIET[2] * scale
+    """A draft's short forwards and the target's verifies interleave: a probe's two drafts are set against the drafts'
+    times, not against a mean that holds the verifies too (which would make one thread look faster)."""
+    chooser = ThreadChooser((2, 1))
+    spent, at_two = chain(chooser, 2000, {n: t / 10 for n, t in QUIET.items()}, QUIET, drafts=1)
     assert at_two / spent > 0.99 and chooser.running == 2
+
+
+def test_each_kind_weighs_by_the_time_it_takes(two_threads):
+    """Drafts a little faster at one thread, verifies much faster at two: the verifies take most of the time, so two
+    threads stay, and a probe that has timed only drafts runs on until it has timed a verify."""
+    chooser = ThreadChooser((2, 1))
+    spent, at_two = chain(chooser, 2000, {2: 0.0012, 1: 0.0010}, QUIET, drafts=6)
+    assert at_two / spent > 0.99 and chooser.running == 2
+
+
+def test_prefills_neither_count_nor_decide(two_threads):
+    chooser = ThreadChooser((2, 1))
+    for _ in range(50):
+        chooser.observe("target", 200, 5.0)
+    assert chooser.recent == {} and chooser.probed is None and torch.get_num_threads() == 2
 
 
 @pytest.mark.parametrize("value, threads_after, chooses", [("3", 3, False), ("auto", 2, True), ("", 2, True), ("1", 1, False)])
