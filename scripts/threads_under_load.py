@@ -2,11 +2,11 @@
 keeps one core busy.
 
 A host whose cores are shared (a free CPU Space, a laptop running other work) may leave the engine fewer cores than
-torch's default thread count assumes. Every prompt runs AR and the default settings at 1 and 2 threads (the count fixed
-with ``SPECVIZ_TORCH_THREADS``) and at ``auto`` (a fresh chooser starting from 2 threads, as a new process gets:
-``specviz.models.backends.threads``), quiet and beside a busy loop pinned to the last core, back to back in one process,
-alternating the order of the counts and of the loads from prompt to prompt; after a warm-up of each. Speed is new tokens
-over the decode's wall time (prefill included), as in the bench.
+torch's default thread count assumes. Every prompt runs AR and the default settings (or the ``--configs`` named) at 1 and
+2 threads (the count fixed with ``SPECVIZ_TORCH_THREADS``) and at ``auto`` (a fresh chooser starting from 2 threads, as a
+new process gets: ``specviz.models.backends.threads``), quiet and beside a busy loop pinned to the last core (or the
+``--loads`` named), back to back in one process, alternating the order of the counts and of the loads from prompt to
+prompt; after a warm-up of each. Speed is new tokens over the decode's wall time (prefill included), as in the bench.
 
     python scripts/threads_under_load.py --per-category 1 --max-new-tokens 64 --out results/threads_under_load_auto_epyc
 """
@@ -46,9 +46,13 @@ def busy_loop() -> subprocess.Popen:
     return subprocess.Popen(["taskset", "-c", str(os.cpu_count() - 1), "sh", "-c", "while :; do :; done"])
 
 
-def measure(per_category: int, max_new_tokens: int) -> pd.DataFrame:
+CONFIGS = {"ar": {"method": "ar"}, "defaults": {}, "draft-m": {"draft": "draft-m", "gamma": 3, "gamma_policy": "fixed"}}
+"""The settings a run may measure, by label (``draft-m``: a chain of a model draft, whose forwards the chooser times too)."""
+
+
+def measure(per_category: int, max_new_tokens: int, labels: list[str], loads: list[str]) -> pd.DataFrame:
     bank = ModelBank()
-    configs = {"ar": DecodeConfig(method="ar", max_new_tokens=max_new_tokens), "defaults": DecodeConfig(max_new_tokens=max_new_tokens)}
+    configs = {label: DecodeConfig(max_new_tokens=max_new_tokens, **CONFIGS[label]) for label in labels}
 
     def tok_s(config: DecodeConfig, prompt: str, threads: str) -> float:
         os.environ["SPECVIZ_TORCH_THREADS"] = threads
@@ -66,7 +70,7 @@ def measure(per_category: int, max_new_tokens: int) -> pd.DataFrame:
             tok_s(config, warm, threads)
     rows = []
     for i, row in enumerate(load_suite("all", per_category)):
-        for load in LOADS if i % 2 == 0 else LOADS[::-1]:
+        for load in loads if i % 2 == 0 else loads[::-1]:
             loop = busy_loop() if load != "quiet" else None
             try:
                 for threads in THREADS if i % 2 == 0 else THREADS[::-1]:
@@ -95,17 +99,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=["ar", "defaults"])
+    ap.add_argument("--loads", nargs="+", choices=LOADS, default=list(LOADS))
     ap.add_argument("--out", type=Path, required=True, help="path stem: writes STEM.csv and STEM.md")
     a = ap.parse_args()
     command = "python scripts/threads_under_load.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     md = a.out.with_suffix(".md")
     refuse_other_settings(md, command)
-    df = measure(a.per_category, a.max_new_tokens)
+    df = measure(a.per_category, a.max_new_tokens, a.configs, a.loads)
     md.parent.mkdir(parents=True, exist_ok=True)
+    draft_m = ", `draft-m` the model draft at fixed γ = 3" if "draft-m" in a.configs else ""
     df.to_csv(a.out.with_suffix(".csv"), index=False)
     write_report(md, ["# One torch thread, two, and the count chosen as it runs, quiet and beside a busy core", "",
                       f"{df['prompt_id'].nunique()} prompts, {a.max_new_tokens} new tokens, greedy; `defaults` is the settings' "
-                      f"defaults. Interleaved in one process. Machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}.",
+                      f"defaults{draft_m}. Interleaved in one process. Machine: {cpu_name()}, {os.cpu_count()} cores, "
+                      f"torch {torch.__version__}.",
                       "", table(df), "", f"Reproduce: `{command}`"])
 
 if __name__ == "__main__":
