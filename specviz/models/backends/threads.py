@@ -38,7 +38,7 @@ COVER = 0.5
 SWITCH = 0.85
 """The other count is kept when its forwards would take at most this fraction of the running count's time: a margin
 that noise does not cross."""
-CLEAR = 0.7
+CLEAR = 0.75
 """A verdict is clear when the slower count's forwards take at least 1 / CLEAR times the faster's."""
 RECENT = 8
 """Forwards kept per model, row bucket and count: the running count's last ones are compared with the probe's."""
