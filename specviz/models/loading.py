@@ -34,11 +34,10 @@ def pick_device() -> torch.device:
 
 def describe_hardware() -> str:
     """The GPU, or the CPU model with the ISA features that decide whether bf16 pays off; threads and torch."""
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
-    chooser = thread_chooser()
+    cuda = torch.cuda.is_available()
+    chooser = None if cuda else thread_chooser()
     threads = chooser.describe() if chooser else f"{torch.get_num_threads()} threads"
-    return f"{cpu_name()}, {threads}, torch {torch.__version__}"
+    return f"{torch.cuda.get_device_name() if cuda else cpu_name()}, {threads}, torch {torch.__version__}"
 
 
 def describe_run_machine(model: torch.nn.Module) -> str:
