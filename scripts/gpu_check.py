@@ -1,5 +1,6 @@
 """One device call that proves the engine's GPU path (run it through ``scripts/gpu_check.sh``): writes
-``results/cuda/<date>-<gpu>.md`` and ``.csv``.
+``results/cuda/<date>-<gpu>.md`` and ``.csv`` (after every section, so a call cut short still brings back what it
+measured) and the CUDA tests' output beside them (``-pytest.log``).
 
 No model can travel to a lent GPU machine (no network there, 64 MiB of repository), so every model is built from
 random weights in the shape that matters:
@@ -11,7 +12,8 @@ random weights in the shape that matters:
    bandwidth limit (weight bytes ÷ the measured device-to-device copy bandwidth), the verify cost of 1…64 fed tokens
    relative to 1, CUDA graphs on against off (the capture counted), and one speculative run's draft / verify / overhead
    split with a synthetic EAGLE-3 head of the published 8B heads' shape, as a chain and as a dynamic token tree
-   (random heads are rarely accepted, so this measures costs, not speedups);
+   (random heads are rarely accepted, so this measures costs, not speedups), where the AR step's kernels go (torch
+   profiler), and AR with the decoder layers of an earlier ``lean.py`` (``--before``) against this commit's, interleaved;
 4. a speedup: the same target with its layers after the 4th damped and a copy of its first 4 layers as the draft, AR
    against SD at γ 1–5 and a dynamic tree, each beside the cost model's prediction and transformers' assisted
    generation with the same draft and γ.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import importlib.util
 import os
 import re
 import statistics
@@ -63,7 +66,7 @@ CUDA_TESTS = ["tests/test_engine.py", "tests/test_lean.py", "tests/test_acceptan
               "tests/test_eagle3.py", "tests/test_tree.py"]
 """The engine's tests that touch the device (the γ policies' arithmetic is left to the CPU run, to keep the call short)."""
 ROWS: list[dict] = []
-SECTIONS = ("worker", "tests", "exactness", "ar", "fused", "costs", "accepted")
+SECTIONS = ("worker", "tests", "exactness", "ar", "before-after", "costs", "accepted")
 DEVICE, GRAPHS = "cuda", True  # --smoke: the CPU, tiny shapes and no graphs, to try the script before a device call
 
 
@@ -83,6 +86,7 @@ def guarded(section: str):
                 traceback.print_exc()
                 record(section, "error", f"{type(exc).__name__}: {first_line(exc)[:200]}")
             record(section, "section seconds", round(time.perf_counter() - start, 1), "s")
+            write()  # after every section: a call cut short still brings back what it measured
         return run
     return wrap
 
@@ -131,8 +135,14 @@ def emitted(events) -> list[int]:
 @guarded("cuda tests")
 def cuda_tests(seconds: int) -> None:
     env = {**os.environ, "SPECVIZ_TEST_DEVICE": DEVICE, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *CUDA_TESTS], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=seconds)
+    log = write().with_name(REPORT["stem"].name + "-pytest.log")  # the whole output, a run cut short included
+    try:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "4", "--dist", "loadgroup", "-m", "not slow",
+                              "-p", "no:cacheprovider", *CUDA_TESTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired as exc:
+        log.write_text("".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (exc.stdout or "", exc.stderr or "")))
+        raise
+    log.write_text(out.stdout + out.stderr)
     tail = out.stdout.strip().splitlines()
     summary = next((line for line in reversed(tail) if re.search(r"\d+ (passed|failed)", line)), tail[-1] if tail else "no output")
     record("cuda tests", "summary", summary.strip("= "), "", " ".join(CUDA_TESTS))
@@ -443,21 +453,28 @@ def zerogpu_worker(lengths: tuple[int, ...]) -> None:
 
 
 @guarded("8B AR before/after")
-def ar_before_after(target: LoadedModel, n: int, rounds: int) -> None:
-    """The engine's AR with graphs, its RMS norms as seven kernels (before) against torch's fused kernel (after), interleaved."""
+def ar_before_after(target: LoadedModel, n: int, rounds: int, before: Path | None) -> None:
+    """The engine's AR with graphs, the decoder layers of an earlier ``lean.py`` (``--before``: a copy of that file, say
+    ``git show COMMIT:specviz/models/backends/lean.py``) against this commit's, interleaved in one run."""
     from specviz.models.backends import lean
 
+    if before is None:
+        record("8B AR before/after", "skipped", "no --before file given")
+        return
+    spec = importlib.util.spec_from_file_location("lean_before", before)
+    earlier = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(earlier)
     first = prompts(1, target.vocab_size, lengths=(128,))[0]
     capacity = len(first) + n + 1
-    fused = lean.rms_norm
-    ways = {"before: RMS norms as seven kernels": lean.hf_rms_norm, "after: torch's fused RMS norm": fused}
+    current = lean.LeanStack._layers
+    ways = {f"before: the layers of {before.name}": earlier.LeanStack._layers, "after: this commit's layers": current}
     times: dict[str, list[float]] = {k: [] for k in ways}
     outputs: dict[str, list[int]] = {}
     try:
         for r in range(rounds + 1):  # round 0 warms up (and records every graph)
             prompt = [r + 1] + first[1:]
-            for label, norm in ways.items():
-                lean.rms_norm = norm
+            for label, layers in ways.items():
+                lean.LeanStack._layers = layers
                 box: list = []
                 seconds = timed(lambda box=box, prompt=prompt: box.extend(decode(cached_model(target, capacity=capacity, graphs=GRAPHS),
                                                                                  prompt, max_new_tokens=n)))
@@ -465,7 +482,7 @@ def ar_before_after(target: LoadedModel, n: int, rounds: int) -> None:
                     times[label].append(seconds)
                     outputs[label] = emitted(box)
     finally:
-        lean.rms_norm = fused
+        lean.LeanStack._layers = current
     limit = BANDWIDTH[0] / sum(p.numel() * p.element_size() for p in target.model.parameters()) if BANDWIDTH else None
     for label, ts in times.items():
         rate = n / statistics.median(ts)
@@ -523,14 +540,23 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu smoke run"
 
 
-def write(out_dir: Path, started: float) -> Path:
-    gpu = re.sub(r"[^A-Za-z0-9]+", "-", device_name()).strip("-").lower()
-    stem = out_dir / f"{datetime.date.today().isoformat()}-{gpu}"
-    for n in range(2, 100):  # a rerun never overwrites an earlier run's files
-        if not stem.with_suffix(".md").exists():
-            break
-        stem = out_dir / f"{datetime.date.today().isoformat()}-{gpu}-{n}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+REPORT: dict = {}
+"""Where the report goes (``out``: the folder, ``stem``: its files' path once chosen) and when the run started."""
+
+
+def write() -> Path:
+    """Write the report so far to ``<out>/<date>-<gpu>{,-N}.{md,csv}``, the stem chosen at the first write (a rerun never
+    overwrites an earlier run's files; the worker section runs before the first, as its fork must come before CUDA starts)."""
+    if "stem" not in REPORT:
+        gpu = re.sub(r"[^A-Za-z0-9]+", "-", device_name()).strip("-").lower()
+        out_dir, stem = REPORT["out"], REPORT["out"] / f"{datetime.date.today().isoformat()}-{gpu}"
+        for n in range(2, 100):
+            if not stem.with_suffix(".md").exists():
+                break
+            stem = out_dir / f"{datetime.date.today().isoformat()}-{gpu}-{n}"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        REPORT["stem"] = stem
+    stem = REPORT["stem"]
     with open(stem.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["section", "metric", "value", "unit", "note"])
         w.writeheader()
@@ -538,7 +564,7 @@ def write(out_dir: Path, started: float) -> Path:
     lines = [f"# GPU check: {device_name()}", "",
              f"`bash scripts/gpu_check.sh` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit "
              f"{os.environ.get('SPECVIZ_COMMIT', 'unknown')}; torch {torch.__version__}, transformers {transformers.__version__}, "
-             f"CUDA {torch.version.cuda}; {time.perf_counter() - started:.0f} s in all. Random weights throughout (see "
+             f"CUDA {torch.version.cuda}; {time.perf_counter() - REPORT['started']:.0f} s in all. Random weights throughout (see "
              "scripts/gpu_check.py): costs and exactness; the accepted draft's speedups come from a damped target.", ""]
     section = None
     for row in ROWS:
@@ -558,6 +584,8 @@ def main() -> None:
     ap.add_argument("--test-seconds", type=int, default=150)
     ap.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections (default: all)")
     ap.add_argument("--worker-tokens", type=int, nargs="+", default=[32, 64, 512], help="tokens per call in the worker section")
+    ap.add_argument("--before", type=Path,
+                    help="an earlier specviz/models/backends/lean.py: its decoder layers are the AR before/after's before")
     ap.add_argument("--smoke", action="store_true", help="try the script on the CPU with tiny shapes (no graphs, no tests)")
     a = ap.parse_args()
     global DEVICE, GRAPHS, QWEN3_8B, SMOLLM2_135M
@@ -566,7 +594,7 @@ def main() -> None:
         small = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
         SMOLLM2_135M = {**SMOLLM2_135M, **small, "vocab_size": 2048, "head_dim": 32}
         QWEN3_8B = {**QWEN3_8B, **small, "vocab_size": 40000, "num_hidden_layers": 8}
-    started = time.perf_counter()
+    REPORT.update(out=a.out, started=time.perf_counter())
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     run = set(a.only or SECTIONS)
@@ -586,14 +614,14 @@ def main() -> None:
     if "ar" in run:
         ar_8b(target, a.tokens, a.rounds)
         ar_profile(target)
-    if "fused" in run:
-        ar_before_after(target, a.tokens, a.rounds)
+    if "before-after" in run:
+        ar_before_after(target, a.tokens, a.rounds, a.before)
     if "costs" in run:
         verify_cost(target)
         speculative_split(target, 48)
     if "accepted" in run:
         accepted_draft(target, a.tokens, a.rounds)  # last: it damps the target's later layers
-    stem = write(a.out, started)
+    stem = write()
     print(f"wrote {stem}.md and .csv", flush=True)
 
 

@@ -25,12 +25,12 @@ Capture = Callable[[Callable[[], Outputs]], tuple[Callable[[], None], Outputs]]
 
 
 def cuda_capture(fn: Callable[[], Outputs]) -> tuple[Callable[[], None], Outputs]:
-    """A CUDA graph of ``fn``, after warm-up runs on a side stream (as ``torch.cuda.graph`` requires)."""
+    """A CUDA graph of ``fn``, after one warm-up run on a side stream (as ``torch.cuda.graph`` requires: it makes the
+    lazily built cuBLAS and attention state; a second would only add a forward to every recording made inside a call)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
+        fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -185,27 +185,47 @@ class LeanStack:
 
     def _layers(self, x: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor, keys: int, mask: torch.Tensor | None, causal: bool,
                 taps: tuple[int, ...]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        t = x.shape[1]
+        t, heads = x.shape[1], self.heads
         angles = pos.float()[:, None] * self.inv_freq
         angles = torch.cat([angles, angles], -1)
         cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        attend = self._grouped(mask, t) if self.capacity is not None else self._plain(mask, causal, t)
         outputs = {}
         for i, (ln1, qkv, o, ln2, gate_up, down, q_norm, k_norm) in enumerate(self.layers):
             q, k, v = qkv(rms_norm(x, ln1, self.eps))
-            q, k = q.view(1, t, self.heads, self.head_dim), k.view(1, t, self.kv_heads, self.head_dim)
+            q, k = q.view(1, t, heads, self.head_dim), k.view(1, t, self.kv_heads, self.head_dim)
             if q_norm is not None:  # Qwen3: per-head RMS norms of q and k before the rotation
                 q, k = rms_norm(q, q_norm, self.eps), rms_norm(k, k_norm, self.eps)
-            q = rotate(q.transpose(1, 2), cos, sin)
-            self.k[i].index_copy_(2, slots, rotate(k.transpose(1, 2), cos, sin))
+            qk = rotate(torch.cat([q, k], 2).transpose(1, 2), cos, sin)  # q and k rotated at once: half the kernels
+            self.k[i].index_copy_(2, slots, qk[:, heads:])
             self.v[i].index_copy_(2, slots, v.view(1, t, self.kv_heads, self.head_dim).transpose(1, 2))
-            y = F.scaled_dot_product_attention(q, self.k[i, :, :, :keys], self.v[i, :, :, :keys], attn_mask=mask, is_causal=causal,
-                                               enable_gqa=self.kv_heads != self.heads)
-            x = x + o(y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim))
+            x = x + o(attend(qk[:, :heads], self.k[i, :, :, :keys], self.v[i, :, :, :keys]))
             g, u = gate_up(rms_norm(x, ln2, self.eps))
             x = x + down(F.silu(g) * u)
             if i in taps:
                 outputs[i] = x
         return x, outputs
+
+    def _plain(self, mask: torch.Tensor | None, causal: bool, t: int) -> Callable[..., torch.Tensor]:
+        """Attention over the keys so far (the growing cache): SDPA's own grouped-query path, under ``mask`` or causal."""
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.kv_heads != self.heads)
+            return y.transpose(1, 2).reshape(1, t, self.heads * self.head_dim)
+        return attend
+
+    def _grouped(self, mask: torch.Tensor, t: int) -> Callable[..., torch.Tensor]:
+        """Attention over the whole fixed-capacity cache under ``mask`` (t, capacity), one kernel per layer: the query heads
+        that share a key head are stacked as rows of one query (head kv·g + r at row s becomes row r·t + s of group kv), so
+        no key or value is repeated per head, and the mask is turned once per forward into the additive bias the fused
+        kernels take (its rows 16-aligned, as the memory-efficient kernel reads them)."""
+        g, d, width = self.heads // self.kv_heads, self.head_dim, mask.shape[1]
+        bias = torch.full((g * t, -(-width // 16) * 16), float("-inf"), dtype=self.dtype, device=self.device)
+        bias = bias[:, :width].masked_fill_(mask.repeat(g, 1), 0.0)
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            y = F.scaled_dot_product_attention(q.reshape(1, self.kv_heads, g * t, d), k, v, attn_mask=bias)
+            return y.view(1, self.kv_heads, g, t, d).permute(0, 3, 1, 2, 4).reshape(1, t, self.heads * d)
+        return attend
 
 
 class LeanStorage:
