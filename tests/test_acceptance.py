@@ -171,7 +171,7 @@ def test_greedy_lenience_accepts_near_ties():
 @pytest.mark.parametrize("rule", [ExactRule(), TopKRule(2), LenientRule(0.5)], ids=lambda r: r.name)
 @pytest.mark.parametrize("hits", [0, 2, 3])
 def test_greedy_verification_reads_the_device_once(host_reads, rule, hits):
-    logits = torch.randn(4, V, generator=torch.Generator().manual_seed(hits))
+    logits = torch.randn(4, V, generator=seeded(hits))
     best = logits.argmax(-1).tolist()
     ids = best[:hits] + [(b + 1) % V for b in best[hits:3]]
     host_reads[0] = 0
@@ -183,7 +183,7 @@ def test_greedy_verification_reads_the_device_once(host_reads, rule, hits):
 
 
 def test_greedy_tree_verification_reads_the_device_once(host_reads):
-    logits = torch.randn(5, V, generator=torch.Generator().manual_seed(0))
+    logits = torch.randn(5, V, generator=seeded(0))
     best = logits.argmax(-1).tolist()
     draft = Draft([(best[0] + 1) % V, best[0], best[2], (best[3] + 1) % V], None, "d", parents=[-1, -1, 1, 2])
     host_reads[0] = 0
@@ -193,7 +193,7 @@ def test_greedy_tree_verification_reads_the_device_once(host_reads):
 
 
 def test_an_empty_draft_reads_the_device_once(host_reads):
-    logits = torch.randn(1, V, generator=torch.Generator().manual_seed(1))
+    logits = torch.randn(1, V, generator=seeded(1))
     expected = int(logits[0].argmax())
     host_reads[0] = 0
     verdict = ExactRule().verify(Draft([], None, "target"), logits, Sampler())

@@ -37,7 +37,7 @@ def test_lean_forward_matches_transformers(dtype, kv_heads):
     hf, lean = CachedModel(lm), cached_model(lm)
     for tokens, keep in _feeds(0):
         a, b = hf.forward(tokens, keep).logits, lean.forward(tokens, keep).logits
-        tol = 1e-5 if dtype == torch.float32 else 3e-2
+        tol = 1e-5 if dtype == torch.float32 else 3e-2 if lm.device.type == "cpu" else 6e-2  # CUDA's fused norm rounds otherwise
         torch.testing.assert_close(b.float(), a.float(), atol=tol, rtol=0)
         assert lean.ids == hf.ids == tokens
     assert lean.forwards == hf.forwards and lean.forward_s > 0
@@ -60,7 +60,7 @@ def test_lean_forward_of_a_qwen3_matches_transformers(dtype):
     hf, lean = CachedModel(lm), cached_model(lm)
     assert supports_lean(lm) and isinstance(lean.storage, LeanStorage)
     for tokens, keep in _feeds(1):
-        tol = 1e-5 if dtype == torch.float32 else 3e-2
+        tol = 1e-5 if dtype == torch.float32 else 3e-2 if lm.device.type == "cpu" else 6e-2  # CUDA's fused norm rounds otherwise
         torch.testing.assert_close(lean.forward(tokens, keep).logits.float(), hf.forward(tokens, keep).logits.float(), atol=tol, rtol=0)
 
 
@@ -213,8 +213,8 @@ def test_a_fixed_capacity_cache_gives_the_growing_caches_logits(graphs):
     grown, static = cached_model(lm, taps=(0,)), static_storage(lm, 32, graphs, taps=(0,))
     for tokens, keep in _feeds(1) + _feeds(1):  # the second pass replays the graphs recorded in the first
         a, b = grown.forward(tokens, keep), static.forward(tokens, keep)
-        torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=0)
-        torch.testing.assert_close(b.layers[0], a.layers[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=1e-5)  # other attention kernels: fp32 rounding
+        torch.testing.assert_close(b.layers[0], a.layers[0], atol=1e-5, rtol=1e-5)
     stack = static.storage.stack
     assert stack.k.shape[3] == 32 and (stack.graphs is None) != graphs
     if graphs:  # one recording per (fed positions, taps); replays hand out copies, never the graph's own buffers
