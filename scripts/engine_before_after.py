@@ -48,10 +48,12 @@ for line in sys.stdin:
 
 
 class Worker:
-    """One source tree's decodes, in a process of its own (its ``specviz`` imported from ``tree``)."""
+    """One source tree's decodes, in a process of its own (its ``specviz`` imported from ``tree``), at torch's thread count
+    ``threads`` (None: chosen as it runs, as the engine does by default)."""
 
-    def __init__(self, tree: Path):
-        env = {"PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
+    def __init__(self, tree: Path, threads: int | None = None):
+        env = {"PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin",
+               **({"SPECVIZ_TORCH_THREADS": str(threads)} if threads else {})}
         self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=tree, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
@@ -74,13 +76,13 @@ def configs(sets: list[str], max_new_tokens: int) -> dict[str, dict]:
     return {c.label: asdict(c.decode) for c in rows}
 
 
-def measure(base: str, sets: list[str], per_category: int, max_new_tokens: int) -> pd.DataFrame:
+def measure(base: str, sets: list[str], per_category: int, max_new_tokens: int, threads: int | None = None) -> pd.DataFrame:
     rows, labelled = [], configs(sets, max_new_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         before_tree = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before_tree), base], check=True,
                        capture_output=True)
-        workers = {"before": Worker(before_tree), "after": Worker(ROOT)}
+        workers = {"before": Worker(before_tree, threads), "after": Worker(ROOT, threads)}
         try:
             warm = load_warmup(1)[0]["prompt"]
             for config in labelled.values():
@@ -115,6 +117,7 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", default=["heads", "trees"], choices=sorted(CONFIG_SETS))
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, help="torch's thread count in both trees (default: chosen as they run)")
     ap.add_argument("--out", type=Path, required=True, help="path stem: writes STEM.csv and STEM.md")
     a = ap.parse_args()
     command = "python scripts/engine_before_after.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
@@ -122,13 +125,14 @@ def main() -> None:
     if md.exists() and f"Reproduce: `{command}`" not in md.read_text():
         raise SystemExit(f"{md} was made with other settings; write elsewhere (--out)")
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    df = measure(a.base, a.sets, a.per_category, a.max_new_tokens)
+    df = measure(a.base, a.sets, a.per_category, a.max_new_tokens, a.threads)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out.with_suffix(".csv"), index=False)
     md.write_text(
         f"# Engine speed before ({a.base}) and after ({head}) the change\n\n"
         f"Sets {', '.join(a.sets)}; {df['prompt_id'].nunique()} prompts, {a.max_new_tokens} new tokens, greedy, interleaved "
-        f"(both trees on each prompt back to back, alternating first). Machine: {describe_hardware()}.\n\n"
+        f"(both trees on each prompt back to back, alternating first); torch threads "
+        f"{a.threads or 'chosen as each tree runs'}. Machine: {describe_hardware()}.\n\n"
         f"{table(df)}\n\nReproduce: `{command}`\n")
     print(table(df))
 

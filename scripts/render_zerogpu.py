@@ -1,8 +1,8 @@
 """Render docs/spaces.md's "What a Space visitor will see" block from the GPU check's results files (``--check``: fail
 if the committed block differs from what the results give).
 
-Every figure in the block is read from ``results/cuda/2026-11-27-nvidia-h100-80gb-hbm3{,-2}.csv`` (``bash
-scripts/gpu_check.sh`` on a lent H100) or computed from them with the cost model of ``specviz.analysis.cost_model``:
+Every figure in the block is read from ``results/cuda/2026-11-28-nvidia-h200.csv`` (``bash scripts/gpu_check.sh
+--before`` on a lent H200) or computed from it with the cost model of ``specviz.analysis.cost_model``:
 speedup = E(α, γ) ÷ (γ·c + T(γ+1)/T(1) + overhead/T(1)), c the head's drafting time per token over T(1).
 
     python scripts/render_zerogpu.py [--check]
@@ -21,12 +21,12 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.analysis.cost_model import expected_tokens_by_depth  # noqa: E402
 
-RUN = ROOT / "results" / "cuda" / "2026-11-27-nvidia-h100-80gb-hbm3.csv"
-FUSED_RUN = ROOT / "results" / "cuda" / "2026-11-27-nvidia-h100-80gb-hbm3-2.csv"
+RUN = ROOT / "results" / "cuda" / "2026-11-28-nvidia-h200.csv"
+BEFORE_COMMIT = "e54dfd2"  # the commit whose lean.py that run's --before named (its elsewhere line in scripts/run_benchmarks.sh)
 DOC = ROOT / "docs" / "spaces.md"
 BEGIN, END = "<!-- zerogpu:begin -->", "<!-- zerogpu:end -->"
 GAMMA, ALPHAS = 3, (0.5, 0.6, 0.7, 0.8)
-BEFORE, AFTER = "before: RMS norms as seven kernels", "after: torch's fused RMS norm"
+BEFORE, AFTER = "before: the layers of lean_before.py", "after: this commit's layers"
 WAYS = ("eager (static shapes)", "graphs recorded in the call", "graphs kept from the worker's last call")
 
 
@@ -51,11 +51,12 @@ def of_limit(table: dict, metric: str) -> str:
 
 
 def block() -> str:
-    run, fused = rows(RUN), rows(FUSED_RUN)
+    run = rows(RUN)
+    gpu = value(run, "machine", "gpu")
     limit = float(value(run, "8B AR", "bandwidth limit (weight bytes ÷ copy bandwidth)"))
-    lines = [f"Measured by `bash scripts/gpu_check.sh` on a lent {value(run, 'machine', 'gpu')} with random weights of Qwen3-8B's "
+    lines = [f"Measured by `bash scripts/gpu_check.sh` on a lent {gpu} with random weights of Qwen3-8B's "
              f"shape in bf16 ({value(run, '8B AR', 'weight bytes')} GB; its copy bandwidth gives an AR limit of {limit:g} tok/s): "
-             f"`{RUN.relative_to(ROOT)}` and `{FUSED_RUN.relative_to(ROOT)}`. Rendered by `python scripts/render_zerogpu.py`.", "",
+             f"`{RUN.relative_to(ROOT)}`. Rendered by `python scripts/render_zerogpu.py`.", "",
              "**One call in a forked worker, as ZeroGPU runs it** (AR, tok/s, the prefill of a 128-token prompt and any "
              "recording counted; the weights' copy to the GPU, the same for every way, is not):", "",
              "| new tokens | " + " | ".join(WAYS) + " |", "|---|---|---|---|"]
@@ -65,30 +66,30 @@ def block() -> str:
         cells = [f"{eager:g}"] + [f"{float(value(run, 'ZeroGPU worker', f'{n} tokens: {w}')):g} "
                                   f"({float(value(run, 'ZeroGPU worker', f'{n} tokens: {w}')) / eager:.2f}×)" for w in WAYS[1:]]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    before, after = (float(value(fused, "8B AR before/after", m)) for m in (BEFORE, AFTER))
+    before, after = (float(value(run, "8B AR before/after", m)) for m in (BEFORE, AFTER))
     verify = [float(x) for x in value(run, "8B verify cost", "graphs on: ms for 1, 2, 3, 4, 6, 8, 16, 32, 64 fed tokens").split()]
     split = [float(x) for x in value(run, "8B speculative step",
                                        f"EAGLE-3 head γ={GAMMA}, head as graphs: draft / verify / overhead / total per step").split(" / ")]
     t1, ratio = verify[0], verify[3] / verify[0]  # 4 fed rows: the last token and γ = 3 drafts
     c, overhead = split[0] / GAMMA / t1, split[2] / t1
-    lines += ["", f"Those calls ran before the lean forward took torch's fused RMS norm; with it, graphs recorded in each run "
-              f"went from {before:g} to {after:g} tok/s at 64 tokens ({of_limit(fused, BEFORE)} → {of_limit(fused, AFTER)} of that run's "
-              "limit), "
-              "so a visitor's AR call on such a card runs at about that speed. Recording inside each call costs "
-              "most at short lengths; a worker that ZeroGPU reuses could keep its graphs (the last column), which the app does "
-              "not do yet.", "",
-              f"**Speculation with the EAGLE-3 head.** Its drafting, recorded as graphs (before the fused norm), took {split[0]:g} ms "
-              f"per step at γ = {GAMMA} "
-              f"(c = {c:.3f} of a one-token step of {t1:g} ms per drafted token), a verify of {GAMMA + 1} rows cost {ratio:.2f}× a "
-              f"one-token step and the rest of the step {split[2]:g} ms. The head's acceptance on real text has not been measured "
-              "here (the weights are random), so the expected speedup over AR is given per acceptance rate α with the cost model:", "",
+    lines += ["", "A call in a fresh worker records its graphs (the second column); a worker that ZeroGPU reuses for the next "
+              "call keeps them, and that call replays them (the last column: `specviz/models/backends/kept.py`). In the same run, "
+              f"with graphs recorded in each run, the lean forward's decoder layers of commit {BEFORE_COMMIT} ran {before:g} tok/s "
+              f"at 64 tokens and those of the run's own commit {after:g} ({of_limit(run, BEFORE)} → {of_limit(run, AFTER)} of the limit).",
+              "",
+              f"**Speculation with the EAGLE-3 head.** Its drafting, recorded as graphs, took {split[0]:g} ms per step at "
+              f"γ = {GAMMA} (c = {c:.3f} of a one-token step of {t1:g} ms per drafted token), a verify of {GAMMA + 1} rows cost "
+              f"{ratio:.2f}× a one-token step and the rest of the step {split[2]:g} ms. The head's acceptance on real text has not "
+              "been measured here (the weights are random), so the expected speedup over AR is given per acceptance rate α with "
+              "the cost model (`specviz/analysis/cost_model.py`): speedup = E(α, γ) ÷ (γ·c + T(γ+1)/T(1) + overhead/T(1)), E the "
+              "expected tokens per step, T(k) the cost of a verify of k rows:", "",
               "| α | tokens per step | expected speedup over AR | expected tok/s (AR at " + f"{after:g})" + " |", "|---|---|---|---|"]
     for alpha in ALPHAS:
         e = expected_tokens_by_depth([alpha] * GAMMA, GAMMA)
         speedup = e / (GAMMA * c + ratio + overhead)
         lines.append(f"| {alpha:g} | {e:.2f} | {speedup:.2f}× | {speedup * after:.0f} |")
-    lines += ["", "A ZeroGPU card is not an H100: scale the tok/s by the card's memory bandwidth over the H100's (both AR and "
-              "speculation are bound by reading the weights), and keep the ratios."]
+    lines += ["", f"A ZeroGPU card is not this {gpu}: scale the tok/s by the card's memory bandwidth over this one's (both AR "
+              "and speculation are bound by reading the weights), and keep the ratios."]
     return "\n".join(lines)
 
 

@@ -273,8 +273,48 @@ def test_static_shapes_and_graphs_follow_the_device_the_option_and_zerogpu(monke
     with pytest.raises(ConfigError, match="--cuda-graphs on needs a CUDA device"):
         static_shapes(DecodeConfig(cuda_graphs="on"), cpu, 10)
     config = DecodeConfig(max_new_tokens=20)
-    assert static_shapes(config, cuda, 10) == (31, True)
-    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (31, False)
+    assert static_shapes(config, cuda, 10) == (256, True)  # room for 31 positions, rounded up: short runs share shapes
+    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (256, False)
+    assert static_shapes(config, cuda, 236) == (512, True) and static_shapes(config, cuda, 235) == (256, True)
+    assert static_shapes(DecodeConfig(max_new_tokens=20, tree_nodes=8), cuda, 200) == (512, True)  # the tree's slots count
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # measured: graphs recorded inside each call beat eager forwards there too
-    assert static_shapes(config, cuda, 10) == (31, True)
-    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (31, False)
+    assert static_shapes(config, cuda, 10) == (256, True)
+    assert static_shapes(DecodeConfig(max_new_tokens=20, cuda_graphs="off"), cuda, 10) == (256, False)
+
+
+def test_a_run_replays_the_graphs_an_earlier_run_recorded_and_runs_at_once_never_share_a_cache(tiny_target, monkeypatch):
+    """As a reused ZeroGPU worker's calls: a storage comes back when its run's cached model is collected, and the next run
+    of that model and shapes takes it, its graphs recorded already; a run while another holds it builds its own."""
+    import gc
+
+    from specviz.models import backends
+    from specviz.models.backends import kept
+
+    monkeypatch.setattr(backends, "cuda_capture", eager_capture)
+    long, short = list(range(3, 40)), [5, 17, 2, 9, 33]
+
+    def run(prompt: list[int]) -> tuple[CachedModel, list[int]]:
+        target = cached_model(tiny_target, capacity=64, graphs=True, keep=True)
+        return target, [t for e in decode(target, prompt, drafters=[ModelDrafter(cached_model(tiny_target))], policy=FixedPolicy(3),
+                                          max_new_tokens=16) for t in e.emitted_ids]
+
+    first, tokens = run(long)
+    assert tokens == reference(tiny_target, long, 16)
+    storage, recorded = first.storage, dict(first.storage.stack.graphs.recorded)
+    held = cached_model(tiny_target, capacity=64, graphs=True, keep=True)
+    assert held.storage is not storage and not held.storage.stack.graphs.recorded
+    del first
+    gc.collect()
+    assert kept.waiting(tiny_target.model, (96, True, False, 64)) == 1
+    second, tokens = run(short)  # a shorter prompt over the longer run's cache: nothing of it is read
+    assert second.storage is storage and tokens == reference(tiny_target, short, 16)
+    assert all(storage.stack.graphs.recorded[key] is value for key, value in recorded.items())  # replayed, not recorded again
+    other = cached_model(tiny_target, capacity=128, graphs=True, keep=True)  # other shapes: another storage
+    assert other.storage is not storage and kept.waiting(tiny_target.model, (96, True, False, 64)) == 0
+    unkept = cached_model(tiny_target, capacity=64, graphs=True)
+    del unkept
+    gc.collect()
+    assert kept.waiting(tiny_target.model, (96, True, False, 64)) == 0  # a storage built without keep is never kept
+    del second, held
+    gc.collect()
+    assert kept.waiting(tiny_target.model, (96, True, False, 64)) == 2

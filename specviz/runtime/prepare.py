@@ -71,6 +71,8 @@ def run_preset(config: DecodeConfig) -> Preset:
     return Preset(preset.name, config.target, {}, f"{config.target} (given as the target)")
 
 
+MIN_CAPACITY = 256
+"""The smallest fixed KV capacity of a GPU run (positions): short runs share it, and its graphs."""
 BASELINE_SETTINGS = ("preset", "target", "temperature", "top_p", "seed", "max_new_tokens", "chat", "dtype", "cuda_graphs")
 """The settings a plain target run reads: an AR baseline keeps them and takes every other setting's default, so
 a setting added for drafting never reaches a baseline."""
@@ -143,21 +145,23 @@ class DraftContext:
     def draft_model(self, name: str) -> CachedModel:
         """The cached draft model ``name`` over the target's vocabulary (int8 weights where they pay)."""
         return cached_model(self.models[name], self.target.vocab_size, self.config.full_draft_vocab, int8=True,
-                            capacity=self.capacity, graphs=self.graphs)
+                            capacity=self.capacity, graphs=self.graphs, keep=True)
 
 
 def static_shapes(config: DecodeConfig, device: torch.device, prompt_len: int) -> tuple[int | None, bool]:
     """The fixed KV capacity (positions) of the run's caches, and whether their forwards run as CUDA graphs. On a
-    GPU every cache has room for the prompt, every requested token and the largest tree's nodes, so no shape changes while decoding; graphs
-    follow ``--cuda-graphs`` (auto: on, ZeroGPU included: recorded inside each call they still beat eager forwards at every
-    length measured in a forked worker, results/cuda/2026-11-27-nvidia-h100-80gb-hbm3.md; where a worker refuses a
-    recording, the forwards run eagerly, see :class:`~specviz.models.backends.graphs.Graphs`). A CPU keeps the growing
-    cache and no graphs."""
+    GPU every cache has room for the prompt, every requested token and the largest tree's nodes, rounded up to a power of
+    two (at least :data:`MIN_CAPACITY`), so no shape changes while decoding and runs of similar lengths share shapes, and
+    with them recorded graphs (:mod:`specviz.models.backends.kept`). Graphs follow ``--cuda-graphs`` (auto: on, ZeroGPU
+    included: recorded inside each call, or kept from the worker's last call, they beat eager forwards at every length
+    measured in a forked worker, results/cuda/2026-11-28-nvidia-h200.md; where a worker refuses a recording, the forwards
+    run eagerly, see :class:`~specviz.models.backends.graphs.Graphs`). A CPU keeps the growing cache and no graphs."""
     if device.type != "cuda":
         if config.cuda_graphs == "on":
             raise ConfigError(f"--cuda-graphs on needs a CUDA device; this run's target is on {device.type}")
         return None, False
-    return prompt_len + config.max_new_tokens + 1 + (MAX_TREE_NODES if config.tree_nodes else 0), config.cuda_graphs != "off"
+    needed = prompt_len + config.max_new_tokens + 1 + (MAX_TREE_NODES if config.tree_nodes else 0)
+    return max(MIN_CAPACITY, 1 << (needed - 1).bit_length()), config.cuda_graphs != "off"
 
 
 def drafter_kind(source: str | LoadedModel) -> type[Drafter]:
@@ -203,8 +207,7 @@ def prepare(config: DecodeConfig, prompt: str, bank: ModelBank, *, target: Loade
     n_layers = target.model.config.num_hidden_layers
     taps = tuple(sorted({i for name, source, kind in kinds for i in kind.reads_layers(source, n_layers)} | {*rule.reads_layers(n_layers)}))
     capacity, graphs = static_shapes(config, target.device, len(prompt_ids))
-    cached = cached_model(target, shared_vocab_size(target, *models.values()), taps=taps,
-                          capacity=capacity, graphs=graphs)
+    cached = cached_model(target, shared_vocab_size(target, *models.values()), taps=taps, capacity=capacity, graphs=graphs, keep=True)
     context = DraftContext(config, bank, target, cached, models, capacity, graphs)
     drafters = [kind.from_source(name, source, context) for name, source, kind in kinds]
     if config.chain:

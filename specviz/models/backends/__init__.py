@@ -16,6 +16,7 @@ import torch
 from specviz.core.cache import CachedModel
 from specviz.models.backends.cpu import fastest_cpu_dtype, pack_linears, tuned_plan
 from specviz.models.backends.graphs import cuda_capture
+from specviz.models.backends.kept import borrowed
 from specviz.models.backends.lean import LeanStorage
 from specviz.models.backends.threads import observe_forward, thread_chooser
 from specviz.models.loaded import LoadedModel
@@ -44,13 +45,24 @@ def supports_lean(lm: LoadedModel) -> bool:
 
 
 def cached_model(lm: LoadedModel, vocab_size: int | None = None, full_vocab: bool = True, int8: bool = False,
-                 taps: tuple[int, ...] = (), capacity: int | None = None, graphs: bool = False) -> CachedModel:
+                 taps: tuple[int, ...] = (), capacity: int | None = None, graphs: bool = False, keep: bool = False) -> CachedModel:
     """The cached model a target or a draft runs on: on the lean storage where the architecture allows (over the
     model's draft vocabulary unless ``full_vocab``; on int8 weights if ``int8`` and the CPU kernels say they pay,
     which only a draft may ask), on transformers' ``DynamicCache`` otherwise. ``taps`` (decoder layer indices, the last
     for the pre-norm states): what each :class:`~specviz.core.cache.Forward` carries besides the logits. A fixed ``capacity`` (positions)
     gives the lean storage static shapes, and ``graphs`` records CUDA graphs of its forwards (:mod:`.graphs`). On a CPU its
-    forwards' times choose torch's thread count (:mod:`.threads`)."""
+    forwards' times choose torch's thread count (:mod:`.threads`). With ``keep``, graphs recorded by an earlier run of
+    this model with these shapes are replayed, and this run's are kept for the next (:mod:`.kept`)."""
     vocab_size = vocab_size or lm.vocab_size
-    storage = LeanStorage(lm, vocab_size, full_vocab, int8, capacity, cuda_capture if graphs else None) if supports_lean(lm) else None
-    return CachedModel(lm, vocab_size, storage, taps, observe_forward if lm.device.type == "cpu" else None)
+    pace = observe_forward if lm.device.type == "cpu" else None
+    if not supports_lean(lm):
+        return CachedModel(lm, vocab_size, None, taps, pace)
+
+    def build() -> LeanStorage:
+        return LeanStorage(lm, vocab_size, full_vocab, int8, capacity, cuda_capture if graphs else None)
+
+    def user(storage: LeanStorage) -> CachedModel:
+        return CachedModel(lm, vocab_size, storage, taps, pace)
+    if keep and graphs:
+        return borrowed(lm.model, (vocab_size, full_vocab, int8, capacity), build, user)
+    return user(build())
