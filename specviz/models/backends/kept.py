@@ -22,7 +22,7 @@ KEPT_PER_SHAPE = 2
 """Storages kept per model and shape key (two runs at once each find one); more are built as needed, and dropped."""
 
 _FREE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → {key: [storage, …]}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # a collection inside a locked block may give a storage back on the same thread
 
 
 def borrowed(model: torch.nn.Module, key: Hashable, build: Callable[[], S], user: Callable[[S], U]) -> U:
