@@ -90,7 +90,8 @@ class DecodeConfig:
     dtype: str = setting("auto", "target dtype: auto (float32 on CPU, exact; bfloat16 on CUDA)", label="dtype",
                          choices=("auto", "float32", "bfloat16"))
     cuda_graphs: str = setting("auto", "CUDA graphs of the verify and draft forwards: auto (on a GPU, ZeroGPU included; a process "
-                               "keeps them for its next run of the same shapes; off on a CPU), on or off", label="CUDA graphs", choices=("auto", "on", "off"))
+                               "keeps them for its next run of the same shapes; off on a CPU), on or off", label="CUDA graphs",
+                               choices=("auto", "on", "off"))
     full_draft_vocab: bool = setting(False, "drafts score the whole vocabulary, not only their draft_vocab.json", label="full draft vocab")
     tree_nodes: int = setting(0, "token tree: nodes drafted and verified per step in one target forward (replaces --gamma; "
                               "0 = a chain of γ)", label="tree nodes", low=0, high=MAX_TREE_NODES)
