@@ -562,7 +562,8 @@ def write() -> Path:
         w.writeheader()
         w.writerows(ROWS)
     lines = [f"# GPU check: {device_name()}", "",
-             f"`bash scripts/gpu_check.sh` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit "
+             f"`{' '.join(['bash scripts/gpu_check.sh', *sys.argv[1:]])}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+             "commit "
              f"{os.environ.get('SPECVIZ_COMMIT', 'unknown')}; torch {torch.__version__}, transformers {transformers.__version__}, "
              f"CUDA {torch.version.cuda}; {time.perf_counter() - REPORT['started']:.0f} s in all. Random weights throughout (see "
              "scripts/gpu_check.py): costs and exactness; the accepted draft's speedups come from a damped target.", ""]
