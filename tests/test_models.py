@@ -10,15 +10,18 @@ from specviz.core.errors import ModelLoadError
 from specviz.core.policy import FixedPolicy
 from specviz.models.backends import cached_model, place
 from specviz.models.backends.cpu import (
+    KERNELS,
     ROW_BUCKETS,
     PackedLinear,
     bucket,
     candidates,
     fastest_exact,
     is_packed,
+    joined_linear,
     pack_linears,
     unpack_linears,
 )
+from specviz.models.backends.lean import stacked
 from specviz.models.loading import DRAFT_VOCAB_FILE, check_shared_vocab, load_model, read_draft_vocab, shared_vocab_size
 from specviz.models.paths import ASSETS
 from specviz.models.presets import OFFLINE_PRESET, PRESETS, resolve_draft, resolve_preset
@@ -150,6 +153,25 @@ def test_packed_linear_matches_the_default_kernel_for_every_row_count(rows, bias
         for kernel in candidates(bucket(rows)):  # every kernel a plan may name for this row count
             packed.plan = (kernel,) * len(ROW_BUCKETS)
             assert torch.allclose(packed(x), linear(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_joined_linears_give_the_layers_outputs_bitwise_and_hold_their_weights_once(kernel):
+    import torch
+
+    torch.manual_seed(0)
+    layers = [PackedLinear(torch.nn.Linear(48, n, bias=False), (kernel,) * len(ROW_BUCKETS)) for n in (80, 16, 16)]
+    before = [m.weight.detach().clone() for m in layers]
+    joined = joined_linear(stacked(layers), layers[0].plan)
+    assert all(torch.equal(m.weight, w) for m, w in zip(layers, before))
+    assert joined.plan == layers[0].plan
+    assert all(m.weight.untyped_storage().data_ptr() == joined.weight.untyped_storage().data_ptr() for m in layers)
+    for rows in (1, 2, 3, 4, 5, 8, 20, 70):
+        if kernel == "narrow" and rows > 4:
+            continue
+        x = torch.randn(1, rows, 48)
+        with torch.inference_mode():
+            assert torch.equal(joined(x), torch.cat([m(x) for m in layers], -1))
 
 
 def test_the_fastest_kernel_is_chosen_among_those_that_change_only_rounding():

@@ -51,7 +51,7 @@ class PackedLinear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        self.packed = linear.weight.detach().float().to_mkldnn()
+        self.packed: torch.Tensor | None = None  # the oneDNN copy, made by the first forward that runs it
         self.plan = plan
 
     @property
@@ -78,9 +78,20 @@ class PackedLinear(torch.nn.Module):
             columns = torch.cat([rows, rows[: n % 2]]).t()
             y = torch.mm(self.weight, columns).t()[:n].contiguous()
         else:
+            if self.packed is None:
+                self.packed = self.weight.detach().to_mkldnn()
             y = torch._C._nn.mkldnn_linear(rows.to_mkldnn(), self.packed, None).to_dense()
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
+
+
+def joined_linear(weight: torch.Tensor, plan: tuple[str, ...]) -> PackedLinear:
+    """A :class:`PackedLinear` on ``plan`` over ``weight``, the stacked rows of several linears of one input (without
+    biases): one matmul where there were several. Where their weights are views of ``weight`` (see
+    :func:`~specviz.models.backends.lean.stacked`) its outputs are bitwise theirs side by side."""
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    linear.weight = torch.nn.Parameter(weight, requires_grad=False)
+    return PackedLinear(linear, plan)
 
 
 def pack_linears(model: torch.nn.Module, plan: tuple[str, ...] = SHIPPED_PLAN) -> None:

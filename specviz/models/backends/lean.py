@@ -5,9 +5,10 @@ A small model spends much of a transformers forward in Python (masks, cache obje
 arithmetic; the smaller the model, the larger that share.
 :class:`LeanStorage` is a storage of :class:`~specviz.core.cache.CachedModel` (full token list in, logits of
 the last ``keep`` positions out, pre-norm states on request, token trees under a tree mask, rollback by position), so drafters
-and the engine cannot tell it from transformers' forward. Both the target and the drafts run on it. On an fp32 CPU model it
-calls the model's own prepacked linear layers, and its logits are bitwise those of transformers' forward
-(``tests/test_lean.py``), so greedy decoding still matches ``generate`` token for token.
+and the engine cannot tell it from transformers' forward. Both the target and the drafts run on it. q|k|v and gate|up
+are one matmul each, over weights the model's layers then view. On an fp32 CPU model it runs the model's kernel plan,
+and its logits are bitwise those of transformers' forward (``tests/test_lean.py``), so greedy decoding still matches
+``generate`` token for token.
 
 A draft that ships a ``draft_vocab.json`` (see ``specviz.training.drafts vocab``) scores only those token ids, as in
 FR-Spec: the other logits are -inf, so the draft never proposes them and its q is exactly the distribution
@@ -16,6 +17,7 @@ it samples from (speculative sampling stays exact). The target always scores the
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 
 from specviz.core.cache import TreeRows
 from specviz.core.tree import ids_tensor
-from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed
+from specviz.models.backends.cpu import int8_kernels, int8_linear, is_packed, joined_linear
 from specviz.models.backends.graphs import MAX_GRAPHED_LENGTH, Capture, Graphs
 from specviz.models.loaded import LoadedModel
 
@@ -42,17 +44,27 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps) if x.is_cuda else hf_rms_norm(x, weight, eps)
 
 
+def stacked(modules: list[torch.nn.Module]) -> torch.Tensor:
+    """The weights of ``modules`` stacked in one tensor, each module's weight becoming a view of its rows: one matmul
+    serves them all and the weights are held once. The copy also aligns them, which MKL's rounding can depend on, so
+    transformers' forward on the same modules stays bitwise the lean one."""
+    weight = torch.cat([m.weight.detach() for m in modules])
+    start = 0
+    for m in modules:
+        rows = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(weight[start:start + rows], requires_grad=m.weight.requires_grad)
+        start += rows
+    return weight
+
+
 def fused(modules: list[torch.nn.Module], kernel: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
-    """The outputs of several linear layers over one input: one matmul over their concatenated weights (dense
-    or ``int8``), or on a prepacked model (``packed``) each layer itself (no second packed copy of the weights)."""
-    if kernel == "packed":
-        return lambda h: tuple(m(h) for m in modules)
-    weight = torch.cat([m.weight for m in modules])
+    """The outputs of several linear layers over one input by one matmul over their :func:`stacked` weights: dense,
+    ``int8``, or on a prepacked model (``packed``) on the layers' kernel plan (:func:`joined_linear`)."""
     sizes = [m.weight.shape[0] for m in modules]
-    if kernel == "int8":
-        matmul = int8_linear(weight)
-        return lambda h: matmul(h).split(sizes, -1)
-    return lambda h: F.linear(h, weight).split(sizes, -1)
+    weight = stacked(modules)
+    matmul = joined_linear(weight, modules[0].plan) if kernel == "packed" else \
+        int8_linear(weight) if kernel == "int8" else functools.partial(F.linear, weight=weight)
+    return lambda h: matmul(h).split(sizes, -1)
 
 
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
