@@ -104,6 +104,21 @@ def test_runs_on_one_model_share_its_prepared_layers(tiny_draft):
     assert moved.storage.stack.layers is not before and moved.forward(list(range(8))).logits.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_joined_layers_hold_their_weights_once(packed):
+    lm = tiny_llama(vocab=96, hidden=64, layers=2, seed=3, init_std=0.2, heads=4, kv_heads=2)
+    if packed:
+        pack_linears(lm.model)
+    hf = CachedModel(lm).forward(list(range(12)), 4).logits
+    lean = cached_model(lm)
+    for layer in lm.model.model.layers:  # q|k|v, and gate|up, are rows of one tensor each, which the layers view
+        for group in ([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], [layer.mlp.gate_proj, layer.mlp.up_proj]):
+            storage = {m.weight.untyped_storage().data_ptr() for m in group}
+            assert len(storage) == 1
+    assert torch.equal(lean.forward(list(range(12)), 4).logits, hf)  # the same weights, and transformers' forward on them
+    assert torch.equal(CachedModel(lm).forward(list(range(12)), 4).logits, hf)
+
+
 def test_the_cache_grows_past_its_first_reservation(tiny_draft):
     hf, lean = CachedModel(tiny_draft), cached_model(tiny_draft)
     tokens = torch.randint(0, 96, (300,), generator=seeded(1)).tolist()
